@@ -1,0 +1,650 @@
+"""PPO for continuous actions (MuJoCo through gymnasium): a Gaussian MLP actor-critic with the reference's normalization
+wrappers. Every general (G1-G11), MuJoCo (M1-M8), auxiliary (X1, X3) and truncation (B1) detail is a flag; the defaults
+reproduce the reference implementation (openai/baselines ppo2) and the paper's Table 3.
+
+    python ppo_continuous_action.py --env-id Hopper-v5 --total-timesteps 1000000
+"""
+
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, replace
+from glob import glob
+from typing import Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.utils import RunningMeanStd
+from torch.distributions.normal import Normal
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment, part of the run name runs/{env_id}__{exp_name}__{seed}__{time}"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments (env i gets seed + i)"""
+    torch_deterministic: bool = True
+    """sets `torch.backends.cudnn.deterministic`"""
+    cuda: bool = True
+    """use CUDA when a GPU is present (the CPU otherwise)"""
+    track: bool = False
+    """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
+    wandb_project_name: str = "ppo-details"
+    """the wandb project"""
+    wandb_entity: str | None = None
+    """the wandb entity (team); None: your default entity"""
+    capture_video: bool = False
+    """record videos of env 0 under videos/{run_name} (headless: MUJOCO_GL defaults to egl)"""
+    save_model: bool = False
+    """save the agent and its observation-normalization statistics to runs/{run_name}/agent.pt at the end"""
+    eval_checkpoint: str | None = None
+    """instead of training, load this agent.pt (written by --save-model) and report its mean episodic return"""
+    eval_episodes: int = 10
+    """how many episodes --eval-checkpoint plays"""
+
+    env_id: str = "Hopper-v5"
+    """a gymnasium environment with a continuous (Box) action space"""
+    total_timesteps: int = 1_000_000
+    """environment steps of the whole run, summed over the parallel envs"""
+    num_envs: int = 1
+    """(G10) number of parallel environments"""
+    num_steps: int = 2048
+    """(G10) steps per environment in each rollout (the paper's horizon T)"""
+    vector_env: Literal["sync", "async"] = "sync"
+    """(G10) gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (one subprocess per env)"""
+
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"
+    """(G1) the policy objective, one of the paper's Table 1 variants: the clipped surrogate; no clipping or penalty; a fixed KL penalty --kl-beta; an adaptive KL penalty whose beta is halved when the KL after an update is below --kl-dtarg/1.5 and doubled when above --kl-dtarg*1.5"""
+    clip_coef: float = 0.2
+    """(G1, G4) the clip range epsilon of the surrogate and of the value loss"""
+    kl_beta: float = 1.0
+    """(G1) the KL penalty coefficient beta (the initial one for kl-adaptive)"""
+    kl_dtarg: float = 0.01
+    """(G1) the target KL d_targ of kl-adaptive"""
+    gae: bool = True
+    """(G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end, advantage = return - value"""
+    gamma: float = 0.99
+    """(G2) the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """(G2) the GAE lambda"""
+    norm_adv: bool = True
+    """(G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed"""
+    clip_vloss: bool = True
+    """(G4) clip the value loss around the rollout's values, as the surrogate is clipped; off: plain squared error"""
+    ent_coef: float = 0.0
+    """(G5) the coefficient of the entropy bonus in the loss"""
+    vf_coef: float = 0.5
+    """(G5) the coefficient of the value loss in the loss"""
+    anneal_lr: bool = True
+    """(G6) anneal the learning rate linearly to 0 over the run; off: constant"""
+    learning_rate: float = 3e-4
+    """(G6) the Adam learning rate (at the start of the run)"""
+    num_minibatches: int = 32
+    """(G7) minibatches per epoch; 1 = the full batch"""
+    update_epochs: int = 10
+    """(G7) epochs over each rollout"""
+    max_grad_norm: float = 0.5
+    """(G8) clip the global L2 norm of all gradients to this value; 0 turns it off"""
+    ortho_init: bool = True
+    """(G9) orthogonal weights (gain sqrt(2) hidden, 0.01 policy output, 1 value output) and zero biases; off: PyTorch's default init"""
+    adam_eps: float = 1e-5
+    """(G11) the epsilon of Adam (PyTorch's default is 1e-8)"""
+
+    norm_obs: bool = True
+    """(M1) normalize observations by a running mean and variance shared by all envs; off: raw observations"""
+    clip_obs: float = 10.0
+    """(M2) clip normalized observations to [-clip_obs, clip_obs]; 0 turns it off; without --norm-obs nothing is clipped, as in the reference"""
+    norm_reward: bool = True
+    """(M3) divide rewards by the running std of a discounted return (no mean subtracted); off: raw rewards"""
+    clip_reward: float = 10.0
+    """(M4) clip the (scaled) rewards to [-clip_reward, clip_reward]; 0 turns it off"""
+    state_dependent_std: bool = False
+    """(M5) a network head outputs the log-std; off (the reference): a state-independent log-std parameter"""
+    log_std_init: float = 0.0
+    """(M5) the initial log-std (the bias of the head with --state-dependent-std)"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """(M6) the activation of the hidden layers"""
+    shared_network: bool = False
+    """(M7) policy and value share their hidden layers; off (the reference): two separate networks"""
+    clip_action: bool = True
+    """(M8) clip actions to the action space for the env only, storing the unclipped sample; off: the env gets the raw sample"""
+
+    anneal_clip_coef: bool = False
+    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate"""
+    target_kl: float | None = None
+    """(X3) stop the epochs of an update when the approximate KL of an epoch's last minibatch exceeds this; None: off"""
+
+    bootstrap_truncated: bool = False
+    """(B1) when the time limit truncates an episode, add gamma * V(final observation) to its last reward; off (the reference): truncation is treated as termination"""
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+
+class ArgError(ValueError):
+    """A bad command line: the message names the flag and the fix."""
+
+
+def check_args(args: Args) -> None:
+    """Validates the flags and the env id before anything starts; raises ArgError with a one-line message."""
+    for flag in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
+        if getattr(args, flag) <= 0:
+            raise ArgError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+    if args.batch_size % args.num_minibatches:
+        raise ArgError(
+            f"--num-minibatches {args.num_minibatches} does not divide the batch of --num-envs {args.num_envs} x "
+            f"--num-steps {args.num_steps} = {args.batch_size}; choose a divisor of {args.batch_size}"
+        )
+    if args.total_timesteps < args.batch_size:
+        raise ArgError(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size}); raise it")
+    if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
+        raise ArgError("--gamma and --gae-lambda must lie in [0, 1]")
+    try:
+        gym.spec(args.env_id)
+    except gym.error.Error:
+        hint = "register it or pick one of gymnasium.envs.registry, e.g. Hopper-v5"
+        if "NoFrameskip" in args.env_id or args.env_id.startswith("ALE/"):
+            hint = "it is an Atari game: use ppo_atari.py"
+        raise ArgError(f"--env-id {args.env_id} is not a registered gymnasium environment; {hint}") from None
+    try:
+        env = gym.make(args.env_id)
+    except gym.error.Error as e:
+        raise ArgError(f"--env-id {args.env_id} cannot be created: {e}") from None
+    action_space = env.action_space
+    env.close()
+    if not isinstance(action_space, gym.spaces.Box):
+        raise ArgError(
+            f"--env-id {args.env_id} has a {type(action_space).__name__} action space; this script needs a continuous "
+            "(Box) one: use ppo_atari.py or ppo_rnn.py for discrete actions"
+        )
+
+
+def make_env(env_id, idx, capture_video, run_name):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return and length, before any scaling
+        return env
+
+    return thunk
+
+
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """M1 and M2 as the reference's VecNormalize does them: one running mean/variance shared by all envs, updated with
+    each batch of observations the agent sees, then clipping. gymnasium's own vector NormalizeObservation refuses the
+    SAME_STEP autoreset used here, and would leave infos["final_obs"] unnormalized: this one normalizes it with the
+    same statistics (without counting it, as the reference never sees it), so that B1 bootstraps from what the value
+    network was trained on."""
+
+    def __init__(self, env: gym.vector.VectorEnv, clip: float, epsilon: float = 1e-8):
+        super().__init__(env)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, env.single_observation_space.shape, np.float32)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
+        self.obs_rms = RunningMeanStd(shape=env.single_observation_space.shape)
+        self.clip, self.epsilon, self.update_running_mean = clip, epsilon, True
+
+    def normalize(self, obs):
+        obs = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        return (np.clip(obs, -self.clip, self.clip) if self.clip > 0 else obs).astype(np.float32)  # M2
+
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        return self.normalize(obs), infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        if "final_obs" in infos:
+            final_obs = infos["final_obs"].copy()
+            for i in np.flatnonzero(infos["_final_obs"]):
+                final_obs[i] = self.normalize(final_obs[i])
+            infos["final_obs"] = final_obs
+        return self.normalize(obs), rewards, terminations, truncations, infos
+
+
+def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
+    """The parallel envs (G10) and the reference's vector-level wrappers, in the reference's order."""
+    thunks = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
+    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
+    # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
+    # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
+    envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+    if args.clip_action:
+        envs = gym.wrappers.vector.ClipAction(envs)  # M8
+    if args.norm_obs:
+        envs = NormalizeObservation(envs, clip=args.clip_obs)  # M1, M2
+    if args.norm_reward:
+        envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)  # M3
+    if args.clip_reward > 0:
+        envs = gym.wrappers.vector.ClipReward(envs, -args.clip_reward, args.clip_reward)  # M4
+    return envs
+
+
+def find_wrapper(envs: gym.vector.VectorEnv, wrapper_type: type):
+    """The wrapper of this type in the vector env's chain, or None."""
+    while isinstance(envs, gym.vector.VectorWrapper):
+        if isinstance(envs, wrapper_type):
+            return envs
+        envs = envs.env
+    return None
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
+    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
+    if ortho:
+        torch.nn.init.orthogonal_(layer.weight, std)
+        torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, args: Args):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape))
+        activation = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation]  # M6
+        ortho = args.ortho_init
+
+        def body():  # two hidden layers of 64 units
+            return nn.Sequential(
+                layer_init(nn.Linear(obs_dim, 64), ortho=ortho),
+                activation(),
+                layer_init(nn.Linear(64, 64), ortho=ortho),
+                activation(),
+            )
+
+        self.shared_network = args.shared_network
+        self.critic_body = body()
+        self.actor_body = self.critic_body if args.shared_network else body()  # M7
+        self.critic = layer_init(nn.Linear(64, 1), std=1.0, ortho=ortho)
+        self.actor_mean = layer_init(nn.Linear(64, act_dim), std=0.01, ortho=ortho)
+        self.state_dependent_std = args.state_dependent_std
+        if args.state_dependent_std:  # M5 ablation
+            self.actor_logstd = layer_init(nn.Linear(64, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho)
+        else:  # M5
+            self.actor_logstd = nn.Parameter(torch.full((1, act_dim), args.log_std_init))
+
+    def get_value(self, x):
+        return self.critic(self.critic_body(x))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.actor_body(x)
+        action_mean = self.actor_mean(hidden)
+        if self.state_dependent_std:
+            action_logstd = self.actor_logstd(hidden)
+        else:
+            action_logstd = self.actor_logstd.expand_as(action_mean)
+        probs = Normal(action_mean, action_logstd.exp())
+        if action is None:
+            action = probs.sample()
+        value = self.critic(hidden if self.shared_network else self.critic_body(x))
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), value
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
+    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
+    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
+    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values."""
+    num_steps = rewards.shape[0]
+    if gae:
+        advantages = torch.zeros_like(rewards)
+        lastgaelam = 0
+        for t in reversed(range(num_steps)):
+            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+            nextvalues = next_value if t == num_steps - 1 else values[t + 1]
+            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        returns = advantages + values
+    else:
+        returns = torch.zeros_like(rewards)
+        next_return = next_value
+        for t in reversed(range(num_steps)):
+            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+            returns[t] = next_return = rewards[t] + gamma * nextnonterminal * next_return
+        advantages = returns - values
+    return advantages, returns
+
+
+def normalize_advantages(advantages):
+    """G3, applied to each minibatch."""
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+
+def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`. The KL penalty uses the
+    estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased, with the exact KL's
+    gradient in expectation."""
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    pg_loss = -advantages * ratio
+    if surrogate == "clip":
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+    if surrogate == "unclipped":
+        return pg_loss.mean()
+    return pg_loss.mean() + kl_beta * ((ratio - 1) - logratio).mean()
+
+
+def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
+    """G4: half the squared error, with clip_vloss the larger of the plain and the clipped-around-oldvalue errors."""
+    v_loss = (newvalue - returns) ** 2
+    if clip_vloss:
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+        v_loss = torch.max(v_loss, (v_clipped - returns) ** 2)
+    return 0.5 * v_loss.mean()
+
+
+def adapt_kl_beta(kl_beta, kl, kl_dtarg):
+    """G1 kl-adaptive: the paper's rule, applied once per update with the KL measured after it."""
+    if kl < kl_dtarg / 1.5:
+        return kl_beta / 2
+    if kl > kl_dtarg * 1.5:
+        return kl_beta * 2
+    return kl_beta
+
+
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta):
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch dict (obs, actions, logprobs, advantages,
+    returns, values). Returns the logged statistics as tensors (no device sync here, except for X3)."""
+    b_inds = np.arange(args.batch_size)
+    clipfracs = []
+    for epoch in range(args.update_epochs):
+        np.random.shuffle(b_inds)
+        for start in range(0, args.batch_size, args.minibatch_size):
+            mb_inds = b_inds[start : start + args.minibatch_size]
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(batch["obs"][mb_inds], batch["actions"][mb_inds])
+            logratio = newlogprob - batch["logprobs"][mb_inds]
+            with torch.no_grad():
+                ratio = logratio.exp()
+                old_approx_kl = (-logratio).mean()
+                approx_kl = ((ratio - 1) - logratio).mean()
+                clipfracs.append(((ratio - 1.0).abs() > clip_coef).float().mean())
+
+            mb_advantages = batch["advantages"][mb_inds]
+            if args.norm_adv:
+                mb_advantages = normalize_advantages(mb_advantages)  # G3
+            pg_loss = policy_loss(newlogprob, batch["logprobs"][mb_inds], mb_advantages, args.surrogate, clip_coef, kl_beta)
+            v_loss = value_loss(
+                newvalue.view(-1), batch["values"][mb_inds], batch["returns"][mb_inds], clip_coef, args.clip_vloss
+            )
+            entropy_loss = entropy.mean()
+            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+
+            optimizer.zero_grad()
+            loss.backward()
+            if args.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
+            optimizer.step()
+
+        if args.target_kl is not None and approx_kl > args.target_kl:  # X3 (device sync)
+            break
+    return {
+        "value_loss": v_loss.detach(),
+        "policy_loss": pg_loss.detach(),
+        "entropy": entropy_loss.detach(),
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": torch.stack(clipfracs).mean(),
+        "epochs": epoch + 1,
+    }
+
+
+def batch_kl(agent, batch):
+    """The estimate of KL[pi_old, pi] over the whole batch, measured after an update (for kl-adaptive)."""
+    with torch.no_grad():
+        _, newlogprob, _, _ = agent.get_action_and_value(batch["obs"], batch["actions"])
+        logratio = newlogprob - batch["logprobs"]
+        return ((logratio.exp() - 1) - logratio).mean().item()
+
+
+def truncation_bootstrap(agent, infos, terminations, truncations, gamma, device):
+    """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others."""
+    cut = truncations & ~terminations
+    bonus = np.zeros(len(cut), dtype=np.float32)
+    if cut.any():
+        final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
+        with torch.inference_mode():
+            bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()  # device sync
+    return bonus
+
+
+def finished_episodes(infos):
+    """(return, length) of each episode that ended in this step: with SAME_STEP autoreset its statistics are in
+    infos["final_info"]."""
+    final_info = infos.get("final_info", {})
+    if "episode" not in final_info:
+        return []
+    done = final_info["_episode"]
+    return list(zip(final_info["episode"]["r"][done].tolist(), final_info["episode"]["l"][done].tolist()))
+
+
+def train(args: Args):
+    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks)."""
+    check_args(args)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if args.capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=asdict(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])),
+    )
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_envs(args, run_name)
+    agent = Agent(envs, args).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps)  # G11
+
+    # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one)
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+
+    global_step = 0
+    start_time = last_print = time.time()
+    episodic_returns, recent_returns, videos_logged = [], deque(maxlen=20), set()
+    kl_beta = args.kl_beta
+    next_obs, _ = envs.reset(seed=args.seed)
+    next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+    next_done = torch.zeros(args.num_envs, device=device)
+
+    for iteration in range(1, args.num_iterations + 1):
+        frac = 1.0 - (iteration - 1.0) / args.num_iterations
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
+        clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
+
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            values[step] = value.flatten()
+            actions[step] = action  # M8: the unclipped sample is stored; ClipAction clips what the env gets
+            logprobs[step] = logprob
+
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())  # device sync
+            if args.bootstrap_truncated:
+                reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma, device)  # B1
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
+            for episodic_return, episodic_length in finished_episodes(infos):
+                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+                episodic_returns.append(episodic_return)
+                recent_returns.append(episodic_return)
+
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            advantages, returns = compute_gae(
+                rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda, args.gae
+            )
+
+        batch = {
+            "obs": obs.reshape((-1,) + envs.single_observation_space.shape),
+            "actions": actions.reshape((-1,) + envs.single_action_space.shape),
+            "logprobs": logprobs.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values.reshape(-1),
+        }
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta)
+        if args.surrogate == "kl-adaptive":
+            kl_beta = adapt_kl_beta(kl_beta, batch_kl(agent, batch), args.kl_dtarg)  # G1
+
+        y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/clip_coef", clip_coef, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        if args.surrogate in ("kl-fixed", "kl-adaptive"):
+            writer.add_scalar("charts/kl_beta", kl_beta, global_step)
+        for key in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
+            writer.add_scalar(f"losses/{key}", stats[key].item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        if time.time() - last_print > 10 or iteration == args.num_iterations:
+            last_print = time.time()
+            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+            print(
+                f"step {global_step}/{args.total_timesteps}  SPS {sps}  mean return (last {len(recent_returns)}) {mean_return}"
+            )
+        if args.track and args.capture_video:
+            videos_logged = log_videos(run_name, videos_logged)
+
+    if args.save_model:
+        model_path = f"runs/{run_name}/agent.pt"
+        obs_norm = find_wrapper(envs, NormalizeObservation)
+        torch.save(
+            {
+                "model": agent.state_dict(),
+                "obs_rms": None
+                if obs_norm is None
+                else {
+                    "mean": torch.as_tensor(obs_norm.obs_rms.mean),
+                    "var": torch.as_tensor(obs_norm.obs_rms.var),
+                    "count": float(obs_norm.obs_rms.count),
+                },
+                "args": asdict(args),
+            },
+            model_path,
+        )
+        print(f"saved the agent to {model_path}")
+    envs.close()
+    if args.track and args.capture_video:
+        log_videos(run_name, videos_logged)
+    writer.close()
+    if args.track:
+        wandb.finish()
+    rollout = {"obs": obs, "actions": actions, "rewards": rewards, "dones": dones, "values": values}
+    return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout}
+
+
+def log_videos(run_name, logged):
+    """Sends the finished videos of env 0 to wandb (gymnasium's RecordVideo and wandb's monitor_gym do not mix)."""
+    import wandb
+
+    for path in sorted(glob(f"videos/{run_name}/*.mp4")):
+        if path not in logged:
+            wandb.log({"videos": wandb.Video(path, format="mp4")})
+            logged = logged | {path}
+    return logged
+
+
+def load_checkpoint(path):
+    """The dict --save-model wrote, loaded without executing code (weights_only); ArgError if it is not one."""
+    if not os.path.isfile(path):
+        raise ArgError(f"--eval-checkpoint {path}: no such file; pass the agent.pt that --save-model wrote under runs/")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ArgError(f"--eval-checkpoint {path} is not a readable checkpoint ({type(e).__name__}); re-save it") from None
+    if not isinstance(checkpoint, dict) or not {"model", "obs_rms", "args"} <= checkpoint.keys():
+        raise ArgError(f"--eval-checkpoint {path} was not written by this script's --save-model")
+    return checkpoint
+
+
+def evaluate(args: Args):
+    """Plays --eval-episodes episodes with the saved agent (actions sampled, as in training) and the saved
+    observation statistics (frozen); returns the episodic returns."""
+    checkpoint = load_checkpoint(args.eval_checkpoint)
+    train_args = replace(Args(**checkpoint["args"]), num_envs=1, capture_video=args.capture_video, seed=args.seed)
+    check_args(train_args)
+    run_name = f"{train_args.env_id}__{args.exp_name}-eval__{args.seed}__{int(time.time())}"
+    if args.capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")
+    torch.manual_seed(args.seed)
+    envs = make_envs(train_args, run_name)
+    agent = Agent(envs, train_args)
+    agent.load_state_dict(checkpoint["model"])
+    obs_norm = find_wrapper(envs, NormalizeObservation)
+    if obs_norm is not None:
+        obs_norm.obs_rms.mean = checkpoint["obs_rms"]["mean"].numpy()
+        obs_norm.obs_rms.var = checkpoint["obs_rms"]["var"].numpy()
+        obs_norm.obs_rms.count = checkpoint["obs_rms"]["count"]
+        obs_norm.update_running_mean = False
+
+    episodic_returns = []
+    next_obs, _ = envs.reset(seed=args.seed)
+    while len(episodic_returns) < args.eval_episodes:
+        with torch.inference_mode():
+            action, _, _, _ = agent.get_action_and_value(torch.as_tensor(next_obs, dtype=torch.float32))
+        next_obs, _, _, _, infos = envs.step(action.numpy())
+        episodic_returns += [episodic_return for episodic_return, _ in finished_episodes(infos)]
+    envs.close()
+    print(
+        f"eval {args.eval_checkpoint}: mean return {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f} over {len(episodic_returns)} episodes"
+    )
+    return episodic_returns
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    try:
+        evaluate(args) if args.eval_checkpoint else train(args)
+    except ArgError as e:
+        sys.exit(f"error: {e}")

@@ -1,0 +1,93 @@
+"""The command line: every flag of ../shared/DETAILS.md that a script should have exists with its id in the help and
+parses to a non-default value; bad input ends with a one-line error naming the flag, never a traceback."""
+
+import dataclasses
+import re
+import typing
+
+import pytest
+import tyro
+from conftest import ROOT, load_script, run_script
+
+DETAILS = ROOT.parent / "shared" / "DETAILS.md"
+COLUMNS = {"ppo_atari": "A", "ppo_continuous_action": "C", "ppo_rnn": "R"}
+
+
+def contract_flags(script_name):
+    """(flag, detail id) pairs the contract gives this script; the id is None for the common research flags."""
+    column, section, pairs = COLUMNS[script_name], None, []
+    for line in DETAILS.read_text().splitlines():
+        if line.startswith("## "):
+            section = line[3:].split()[0]
+        elif section == "Common" and "`--" in line:
+            pairs += [(flag, None) for flag in re.findall(r"`--([a-z0-9-]+)", line)]
+        elif line.startswith("| ") and not line.startswith(("| id", "| ---")):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            owners = {"MuJoCo": "C", "Atari": "AR"}.get(section, "ACR")
+            if section == "General":
+                owners = "".join(k for k, c in zip("ACR", cells[3:6]) if c != "-")
+            if cells[0] == "B2":
+                owners = "R"
+            if column in owners and cells[0] != "X2":  # X2 is a launcher (torchrun), not a flag
+                pairs += [(flag, cells[0]) for flag in re.findall(r"`--([a-z0-9-]+)", cells[2]) if flag != "envpool"]
+    return pairs
+
+
+def field_name(flag):
+    return re.sub(r"^no-", "", flag).replace("-", "_")
+
+
+def non_default_cli(field, hint):
+    """A command line that sets `field` to something other than its default, and the value expected."""
+    flag, default = "--" + field.name.replace("_", "-"), field.default
+    if hint is bool:
+        return ([f"--no-{flag[2:]}"], False) if default else ([flag], True)
+    if typing.get_origin(hint) is typing.Literal:
+        choice = next(c for c in typing.get_args(hint) if c != default)
+        return [flag, choice], choice
+    base = {int: int, float: float, str: str}.get(hint) or next(a for a in typing.get_args(hint) if a is not type(None))
+    value = {int: 7, float: 0.125, str: "other"}[base]
+    return [flag, str(value)], value
+
+
+# the contract lives beside the repository (../shared/DETAILS.md) in the project's checkout; without it this test is skipped
+SCRIPTS_HERE = [name for name in COLUMNS if (ROOT / f"{name}.py").exists()] if DETAILS.exists() else []
+SCRIPT_FLAGS = [(name, flag, detail) for name in SCRIPTS_HERE for flag, detail in contract_flags(name)]
+
+
+@pytest.mark.parametrize("name,flag,detail", SCRIPT_FLAGS, ids=[f"{n}:{f}" for n, f, _ in SCRIPT_FLAGS])
+def test_contract_flag_exists_parses_and_names_its_detail(name, flag, detail):
+    module = load_script(name)
+    fields = {f.name: f for f in dataclasses.fields(module.Args)}
+    field = fields.get(field_name(flag))
+    assert field is not None, f"{name}.py has no --{flag}"
+    hint = typing.get_type_hints(module.Args)[field.name]
+    argv, expected = non_default_cli(field, hint)
+    assert getattr(tyro.cli(module.Args, args=argv), field.name) == expected
+    if detail is not None:
+        source = (ROOT / f"{name}.py").read_text()
+        help_text = re.search(rf"^    {field.name}: .*\n    \"\"\"\(([A-Z0-9, ]+)\)", source, re.M)
+        assert help_text and detail in help_text.group(1).split(", "), f"--{flag}'s help does not start with ({detail})"
+
+
+BAD_INPUTS = [
+    (["--env-id", "NoSuchEnv-v0"], "--env-id"),
+    (["--env-id", "BreakoutNoFrameskip-v4"], "ppo_atari.py"),
+    (["--env-id", "CartPole-v1"], "Discrete"),
+    (["--num-minibatches", "7"], "--num-minibatches"),
+    (["--num-steps", "0"], "--num-steps"),
+    (["--total-timesteps", "100"], "--total-timesteps"),
+    (["--eval-checkpoint", "missing.pt"], "--eval-checkpoint"),
+    (["--eval-checkpoint", "corrupt.pt"], "--eval-checkpoint"),
+]
+
+
+@pytest.mark.parametrize("flags,named", BAD_INPUTS, ids=[" ".join(f) for f, _ in BAD_INPUTS])
+def test_bad_input_gives_one_line_error(tmp_path, flags, named):
+    (tmp_path / "corrupt.pt").write_bytes(b"this is not a checkpoint")
+    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path, timeout=120)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], result.stderr
+    assert not (tmp_path / "runs").exists()  # nothing started
