@@ -176,13 +176,13 @@ def check_args(args: Args) -> None:
         )
 
 
-def make_env(env_id, idx, capture_video, run_name):
+def make_env(args: Args, idx: int, run_name: str):
     def thunk():
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
+        if args.capture_video and idx == 0:
+            env = gym.make(args.env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
-            env = gym.make(env_id)
+            env = gym.make(args.env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return and length, before any scaling
         return env
 
@@ -227,7 +227,7 @@ class NormalizeObservation(gym.vector.VectorWrapper):
 
 def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
     """The parallel envs (G10) and the reference's vector-level wrappers, in the reference's order."""
-    thunks = [make_env(args.env_id, i, args.capture_video, run_name) for i in range(args.num_envs)]
+    thunks = [make_env(args, i, run_name) for i in range(args.num_envs)]
     vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
     # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
     # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.

@@ -1,0 +1,45 @@
+"""ppo_atari.py run as a user runs it: short runs on Breakout and Pong with each backend, video capture, saving and
+evaluating a model."""
+
+import glob
+
+import pytest
+import torch
+from conftest import load_script, read_scalars, run_script
+
+atari = load_script("ppo_atari")
+
+
+@pytest.mark.parametrize("backend", ["sync", "async", "envpool"])
+@pytest.mark.parametrize("game", ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"])
+def test_short_run(tmp_path, game, backend):
+    result = run_script(
+        "ppo_atari", "--env-id", game, "--vector-env", backend, "--num-envs", "4", "--total-timesteps", "1024", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = glob.glob(str(tmp_path / "runs" / "*"))
+    assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [512, 1024]
+    assert all(0 <= clipfrac <= 1 for _, clipfrac in read_scalars(run_dir, "losses/clipfrac"))
+
+
+def test_uint8_rollout_storage(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = atari.Args(num_envs=2, num_steps=32, total_timesteps=64, num_minibatches=2, update_epochs=1)
+    rollout = atari.train(args)["rollout"]
+    assert rollout["obs"].dtype == torch.uint8 and rollout["obs"].shape == (32, 2, 4, 84, 84, 1)
+    assert rollout["obs"].element_size() * rollout["obs"].nelement() == 32 * 2 * 4 * 84 * 84  # one byte a pixel
+
+
+def test_capture_video(tmp_path):
+    result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "1024", "--capture-video", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
+
+
+def test_save_model_then_evaluate(tmp_path):
+    result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "512", "--save-model", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (checkpoint,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    evaluation = run_script("ppo_atari", "--eval-checkpoint", checkpoint, "--eval-episodes", "1", cwd=tmp_path)
+    assert evaluation.returncode == 0, evaluation.stderr
+    assert "over 1 episodes" in evaluation.stdout
