@@ -580,7 +580,7 @@ def train(args: Args):
     writer.close()
     if args.track:
         wandb.finish()
-    rollout = {"obs": obs, "actions": actions, "rewards": rewards, "dones": dones, "values": values}
+    rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
     return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout}
 
 
@@ -612,7 +612,9 @@ def evaluate(args: Args):
     """Plays --eval-episodes episodes with the saved agent (actions sampled, as in training) and the saved
     observation statistics (frozen); returns the episodic returns."""
     checkpoint = load_checkpoint(args.eval_checkpoint)
-    train_args = replace(Args(**checkpoint["args"]), num_envs=1, capture_video=args.capture_video, seed=args.seed)
+    train_args = replace(
+        Args(**checkpoint["args"]), num_envs=1, num_minibatches=1, capture_video=args.capture_video, seed=args.seed
+    )
     check_args(train_args)
     run_name = f"{train_args.env_id}__{args.exp_name}-eval__{args.seed}__{int(time.time())}"
     if args.capture_video:

@@ -87,6 +87,10 @@ BAD_INPUTS = [
     ("ppo_atari", ["--num-minibatches", "3"], "--num-minibatches"),
     ("ppo_atari", ["--vector-env", "envpool", "--capture-video"], "--vector-env sync"),
     ("ppo_atari", ["--eval-checkpoint", "corrupt.pt"], "--eval-checkpoint"),
+    ("ppo_rnn", ["--num-envs", "6", "--num-minibatches", "4"], "--num-envs"),
+    ("ppo_rnn", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
+    ("ppo_rnn", ["--env-id", "CartPoleNoVelocity-v1", "--vector-env", "envpool"], "--vector-env"),
+    ("ppo_rnn", ["--rnn-hidden-size", "0"], "--rnn-hidden-size"),
 ]
 BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 

@@ -6,7 +6,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import SCRIPTS, load_script
 from gymnasium.spaces import Box, Discrete
+
+
+@pytest.fixture(params=[name for name in SCRIPTS if name != "ppo_rnn"])
+def script(request):
+    """The feed-forward scripts; ppo_rnn.py's update (whole sequences, recomputed states) has its own tests."""
+    return load_script(request.param)
 
 
 def observation_and_action_spaces(script):
