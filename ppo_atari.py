@@ -7,6 +7,7 @@ reference implementation (openai/baselines ppo2) and the paper's Table 5.
 
 import os
 import random
+import signal
 import sys
 import time
 from collections import deque
@@ -54,7 +55,11 @@ class Args:
     capture_video: bool = False
     """record videos of env 0 under videos/{run_name} (not with --vector-env envpool, which does not render)"""
     save_model: bool = False
-    """save the agent and its flags to runs/{run_name}/agent.pt at the end"""
+    """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
+    checkpoint_interval: int | None = None
+    """write runs/{run_name}/agent.pt (atomically) every this many updates; None: every 100 with --save-model, else never; 0: never"""
+    resume: str | None = None
+    """continue the run saved in this agent.pt with its own flags, schedules, step count, statistics and RNG states, logging to the same run; the envs start new episodes"""
     eval_checkpoint: str | None = None
     """instead of training, load this agent.pt (written by --save-model) and report its mean episodic return"""
     eval_episodes: int = 10
@@ -152,6 +157,10 @@ class Args:
 
 class ArgError(ValueError):
     """A bad command line: the message names the flag and the fix."""
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced a NaN or infinity: the message names the update and the last good checkpoint."""
 
 
 def check_args(args: Args) -> None:
@@ -307,6 +316,15 @@ def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
     return vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
+def env_statistics(envs):
+    """The running statistics of the env wrappers, saved with the agent: the Atari wrappers keep none."""
+    return {}
+
+
+def set_env_statistics(envs, stats, frozen=False):
+    """Restores env_statistics(): nothing to restore here."""
+
+
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
     """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
     if ortho:
@@ -356,7 +374,7 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None):
         x = self.preprocess(x)
         hidden = self.actor_body(x)
-        probs = Categorical(logits=self.actor(hidden))
+        probs = Categorical(logits=self.actor(hidden), validate_args=False)  # a NaN goes on to the guard in train()
         if action is None:
             action = probs.sample()
         value = self.critic(hidden if self.shared_network else self.critic_body(x))
@@ -499,10 +517,17 @@ def finished_episodes(infos):
     return list(zip(final_info["episode"]["r"][done].tolist(), final_info["episode"]["l"][done].tolist()))
 
 
-def train(args: Args):
-    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks)."""
+def train(args: Args, stop_signals=()):
+    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks).
+    Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
+    current env step, saves a checkpoint, closes everything and returns."""
+    checkpoint = load_checkpoint(args.resume, "--resume") if args.resume else None
+    if checkpoint is not None:
+        args = replace(Args(**checkpoint["args"]), resume=args.resume)  # the run continues with its own flags
     check_args(args)
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    checkpoint_path = f"runs/{run_name}/agent.pt"
+    checkpoint_interval = args.checkpoint_interval if args.checkpoint_interval is not None else 100 * args.save_model
     if args.track:
         import wandb
 
@@ -513,12 +538,16 @@ def train(args: Args):
             config=asdict(args),
             name=run_name,
             save_code=True,
+            id=checkpoint["wandb_id"] if checkpoint else None,
+            resume="allow",
         )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])),
-    )
+    # on resume, TensorBoard hides whatever the interrupted run logged after its checkpoint, so no step appears twice
+    writer = SummaryWriter(f"runs/{run_name}", purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
+    if checkpoint is None:
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])),
+        )
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -529,6 +558,14 @@ def train(args: Args):
     envs = make_envs(args, run_name)
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps)  # G11
+    start_iteration, global_step, kl_beta = 1, 0, args.kl_beta
+    if checkpoint is not None:
+        agent.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        set_env_statistics(envs, checkpoint["env_stats"])
+        set_rng_state(checkpoint["rng"])
+        start_iteration, global_step, kl_beta = checkpoint["iteration"] + 1, checkpoint["global_step"], checkpoint["kl_beta"]
+        print(f"resumed {run_name} after update {checkpoint['iteration']} (step {global_step}); the envs start new episodes")
 
     # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one)
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8, device=device)
@@ -538,15 +575,15 @@ def train(args: Args):
     dones = torch.zeros((args.num_steps, args.num_envs), device=device)
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
-    global_step = 0
     start_time = last_print = time.time()
+    start_step, done_iteration, done_step = global_step, start_iteration - 1, global_step  # done_*: the last finished update
     episodic_returns, recent_returns, videos_logged = [], deque(maxlen=20), set()
-    kl_beta = args.kl_beta
-    next_obs, _ = envs.reset(seed=args.seed)
+    wandb_id = wandb.run.id if args.track else None
+    next_obs, _ = envs.reset(seed=args.seed + global_step)
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
@@ -573,6 +610,10 @@ def train(args: Args):
                 writer.add_scalar("charts/episodic_length", episodic_length, global_step)
                 episodic_returns.append(episodic_return)
                 recent_returns.append(episodic_return)
+            if stop_signals:
+                break
+        if stop_signals:
+            break  # the unfinished rollout is dropped; the checkpoint below is the last finished update
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
@@ -589,13 +630,22 @@ def train(args: Args):
             "values": values.reshape(-1),
         }
         stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta)
+        losses = torch.stack([stats["value_loss"], stats["policy_loss"], stats["entropy"]])
+        if not (torch.isfinite(losses).all() and all(torch.isfinite(p).all() for p in agent.parameters())):  # device sync
+            envs.close()
+            writer.close()
+            last_good = checkpoint_path if os.path.exists(checkpoint_path) else "none written yet"
+            raise NonFiniteError(
+                f"a loss or a parameter became NaN or infinite in update {iteration} (step {global_step}); training stopped "
+                f"and wrote no checkpoint; the last good one: {last_good}"
+            )
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(kl_beta, batch_kl(agent, batch), args.kl_dtarg)  # G1
 
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/clip_coef", clip_coef, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
@@ -612,11 +662,17 @@ def train(args: Args):
             )
         if args.track and args.capture_video:
             videos_logged = log_videos(run_name, videos_logged)
+        done_iteration, done_step = iteration, global_step
+        if checkpoint_interval and iteration % checkpoint_interval == 0:
+            save_checkpoint(checkpoint_path, agent, optimizer, envs, args, run_name, iteration, global_step, kl_beta, wandb_id)
 
-    if args.save_model:
-        model_path = f"runs/{run_name}/agent.pt"
-        torch.save({"model": agent.state_dict(), "args": asdict(args)}, model_path)
-        print(f"saved the agent to {model_path}")
+    if stop_signals or args.save_model or checkpoint_interval:
+        save_checkpoint(checkpoint_path, agent, optimizer, envs, args, run_name, done_iteration, done_step, kl_beta, wandb_id)
+        print(f"saved the agent after update {done_iteration} (step {done_step}) to {checkpoint_path}")
+    if stop_signals:
+        print(
+            f"stopped by signal {stop_signals[0]}; continue with: python {os.path.basename(__file__)} --resume {checkpoint_path}"
+        )
     envs.close()
     if args.track and args.capture_video:
         log_videos(run_name, videos_logged)
@@ -638,23 +694,77 @@ def log_videos(run_name, logged):
     return logged
 
 
-def load_checkpoint(path):
-    """The dict --save-model wrote, loaded without executing code (weights_only); ArgError if it is not one."""
+def rng_state():
+    """The state of every random number generator the run draws from: python, numpy, torch (and CUDA)."""
+    name, keys, *rest = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), *rest),  # plain types and tensors only (weights_only)
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state):
+    random.setstate(state["python"])
+    name, keys, *rest = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+CHECKPOINT_KEYS = {
+    "model",
+    "optimizer",
+    "env_stats",
+    "rng",
+    "args",
+    "run_name",
+    "iteration",
+    "global_step",
+    "kl_beta",
+    "wandb_id",
+}
+
+
+def save_checkpoint(path, agent, optimizer, envs, args, run_name, iteration, global_step, kl_beta, wandb_id):
+    """Everything needed to act and to continue training, written to a temporary file and renamed: an interrupted
+    write leaves the previous checkpoint whole."""
+    checkpoint = {
+        "model": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "env_stats": env_statistics(envs),
+        "rng": rng_state(),
+        "args": asdict(args),
+        "run_name": run_name,
+        "iteration": iteration,
+        "global_step": global_step,
+        "kl_beta": kl_beta,
+        "wandb_id": wandb_id,
+    }
+    torch.save(checkpoint, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def load_checkpoint(path, flag):
+    """A checkpoint save_checkpoint wrote, loaded without executing code (weights_only); ArgError naming `flag` if the
+    file is missing, truncated or foreign."""
     if not os.path.isfile(path):
-        raise ArgError(f"--eval-checkpoint {path}: no such file; pass the agent.pt that --save-model wrote under runs/")
+        raise ArgError(f"{flag} {path}: no such file; pass an agent.pt written under runs/ by --save-model or a checkpoint")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ArgError(f"--eval-checkpoint {path} is not a readable checkpoint ({type(e).__name__}); re-save it") from None
-    if not isinstance(checkpoint, dict) or not {"model", "args"} <= checkpoint.keys():
-        raise ArgError(f"--eval-checkpoint {path} was not written by this script's --save-model")
+        raise ArgError(f"{flag} {path} is not a readable checkpoint ({type(e).__name__}); use another one") from None
+    if not isinstance(checkpoint, dict) or not CHECKPOINT_KEYS <= checkpoint.keys():
+        raise ArgError(f"{flag} {path} was not written by {os.path.basename(__file__)}")
     return checkpoint
 
 
 def evaluate(args: Args):
     """Plays --eval-episodes whole games with the saved agent (actions sampled, as in training); returns their
     returns."""
-    checkpoint = load_checkpoint(args.eval_checkpoint)
+    checkpoint = load_checkpoint(args.eval_checkpoint, "--eval-checkpoint")
     train_args = replace(
         Args(**checkpoint["args"]), num_envs=1, num_minibatches=1, capture_video=args.capture_video, seed=args.seed
     )
@@ -664,6 +774,7 @@ def evaluate(args: Args):
     envs = make_envs(train_args, run_name)
     agent = Agent(envs, train_args)
     agent.load_state_dict(checkpoint["model"])
+    set_env_statistics(envs, checkpoint["env_stats"], frozen=True)
 
     episodic_returns = []
     next_obs, _ = envs.reset(seed=args.seed)
@@ -681,7 +792,10 @@ def evaluate(args: Args):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    stop_signals = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: stop_signals.append(signum))
     try:
-        evaluate(args) if args.eval_checkpoint else train(args)
-    except ArgError as e:
+        evaluate(args) if args.eval_checkpoint else train(args, stop_signals)
+    except (ArgError, NonFiniteError) as e:
         sys.exit(f"error: {e}")

@@ -79,6 +79,8 @@ BAD_INPUTS = [
     ("ppo_continuous_action", ["--total-timesteps", "100"], "--total-timesteps"),
     ("ppo_continuous_action", ["--eval-checkpoint", "missing.pt"], "--eval-checkpoint"),
     ("ppo_continuous_action", ["--eval-checkpoint", "corrupt.pt"], "--eval-checkpoint"),
+    ("ppo_continuous_action", ["--resume", "corrupt.pt"], "--resume"),
+    ("ppo_continuous_action", ["--resume", "missing.pt"], "--resume"),
     ("ppo_atari", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_atari", ["--env-id", "CartPole-v1"], "not an Atari game"),
     ("ppo_atari", ["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),
@@ -91,6 +93,7 @@ BAD_INPUTS = [
     ("ppo_rnn", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_rnn", ["--env-id", "CartPoleNoVelocity-v1", "--vector-env", "envpool"], "--vector-env"),
     ("ppo_rnn", ["--rnn-hidden-size", "0"], "--rnn-hidden-size"),
+    ("ppo_rnn", ["--resume", "corrupt.pt"], "--resume"),
 ]
 BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 

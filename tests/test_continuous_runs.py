@@ -111,7 +111,7 @@ def test_save_model_then_evaluate(tmp_path):
     assert result.returncode == 0, result.stderr
     (checkpoint_path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
     checkpoint = torch.load(checkpoint_path, weights_only=True)
-    assert checkpoint["obs_rms"]["count"] > 1000  # the normalization statistics travel with the agent
+    assert checkpoint["env_stats"]["obs_rms"]["count"] > 1000  # the normalization statistics travel with the agent
     evaluation = run_script(
         "ppo_continuous_action", "--eval-checkpoint", checkpoint_path, "--eval-episodes", "3", cwd=tmp_path
     )

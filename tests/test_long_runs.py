@@ -1,0 +1,151 @@
+"""Long runs that lose nothing: checkpoints, SIGTERM and resume with continuous logs and schedules, the NaN guard,
+identical logs from identical seeds, corrupt checkpoints refused."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, SCRIPTS, load_script, read_scalars
+
+cont = load_script("ppo_continuous_action")
+# 80 updates of 256 steps on Pendulum: a couple of seconds each, with a checkpoint every 5
+FLAGS = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--total-timesteps", "20480", "--num-minibatches", "4",
+         "--update-epochs", "2", "--checkpoint-interval", "5"]  # fmt: skip
+
+
+def start(flags, cwd):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(ROOT / "ppo_continuous_action.py"), *flags]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_checkpoint(cwd, proc, min_iteration):
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        paths = glob.glob(str(cwd / "runs" / "*" / "agent.pt"))
+        if paths and torch.load(paths[0], weights_only=True)["iteration"] >= min_iteration:
+            return paths[0]
+        time.sleep(0.2)
+    raise AssertionError("no checkpoint appeared")
+
+
+def check_logs_are_one_continuous_run(run_dir):
+    sps_steps = [step for step, _ in read_scalars(run_dir, "charts/SPS")]
+    assert sps_steps == [256 * k for k in range(1, 81)]  # every update once: nothing missing, nothing twice
+    lrs = [value for _, value in read_scalars(run_dir, "charts/learning_rate")]
+    np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 80) for k in range(80)], rtol=1e-5)  # G6 goes on where it was
+
+
+@pytest.mark.parametrize("kill_signal", [signal.SIGTERM, signal.SIGKILL])
+def test_interrupt_then_resume_continues_the_same_run(tmp_path, kill_signal):
+    """SIGTERM: the run finishes its step, saves the last finished update and exits 0 saying how to resume. SIGKILL
+    (no chance to save): the periodic checkpoint is used, and what was logged after it is hidden on resume."""
+    proc = start(FLAGS, tmp_path)
+    path = wait_for_checkpoint(tmp_path, proc, 10)
+    time.sleep(1.5)  # a few updates past the checkpoint
+    proc.send_signal(kill_signal)
+    out, err = proc.communicate(timeout=60)
+    if kill_signal == signal.SIGTERM:
+        assert proc.returncode == 0, err
+        assert f"--resume {os.path.relpath(path, tmp_path)}" in out
+    interrupted = torch.load(path, weights_only=True)
+    assert 10 <= interrupted["iteration"] < 80
+    assert interrupted["global_step"] == 256 * interrupted["iteration"]
+
+    resumed = start(["--resume", path], tmp_path)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert f"resumed {interrupted['run_name']} after update {interrupted['iteration']}" in out
+    assert len(glob.glob(str(tmp_path / "runs" / "*"))) == 1  # the same run folder
+    check_logs_are_one_continuous_run(os.path.dirname(path))
+    final = torch.load(path, weights_only=True)
+    assert final["iteration"] == 80 and final["global_step"] == 20480
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
+    """Resuming a finished run restores the model, optimizer, statistics and counters and has nothing left to do."""
+    module = load_script(name)
+    monkeypatch.chdir(tmp_path)
+    flags = {"ppo_continuous_action": dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2),
+             "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2),
+             "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=2, num_steps=32, num_minibatches=2)}[name]  # fmt: skip
+    steps = flags["num_steps"] * flags.get("num_envs", 1) * 2
+    result = module.train(module.Args(total_timesteps=steps, update_epochs=1, save_model=True, **flags))
+    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["iteration"] == 2 and checkpoint["global_step"] == steps
+    resumed = module.train(module.Args(resume=path))
+    assert resumed["run_name"] == result["run_name"] and resumed["episodic_returns"] == []
+    for key, value in resumed["agent"].state_dict().items():
+        torch.testing.assert_close(value, checkpoint["model"][key], msg=key)
+
+
+def scalars(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"] if tag != "charts/SPS"}
+
+
+def test_same_seed_same_logs(tmp_path, monkeypatch):
+    logs = []
+    for attempt in ("a", "b"):
+        (tmp_path / attempt).mkdir()
+        monkeypatch.chdir(tmp_path / attempt)
+        args = cont.Args(env_id="Pendulum-v1", num_steps=128, total_timesteps=512, num_minibatches=4, update_epochs=2)
+        cont.train(args)
+        (run_dir,) = glob.glob("runs/*")
+        logs.append(scalars(run_dir))
+    assert logs[0].keys() == logs[1].keys() and "losses/approx_kl" in logs[0]
+    assert logs[0] == logs[1]  # every scalar but the wall-clock SPS, to the last bit
+
+
+class NaNRewardAfter(gym.Wrapper):
+    """A reward that turns NaN after 700 steps, as a diverging simulator's would."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return obs, (np.nan if self.steps > 700 else reward), terminated, truncated, info
+
+
+gym.register("NaNRewardPendulum-v1", entry_point=lambda **kw: NaNRewardAfter(gym.make("Pendulum-v1", **kw)))
+
+
+def test_nan_guard_stops_before_writing_a_bad_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = cont.Args(env_id="NaNRewardPendulum-v1", num_steps=128, total_timesteps=2048, num_minibatches=2,
+                     update_epochs=1, checkpoint_interval=1)  # fmt: skip
+    with pytest.raises(cont.NonFiniteError) as error:
+        cont.train(args)
+    (path,) = glob.glob("runs/*/agent.pt")
+    # steps 1-640 fill updates 1-5; update 6 sees the first NaN reward (step 701)
+    assert "in update 6 (step 768)" in str(error.value) and path in str(error.value)
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["iteration"] == 5
+    assert all(torch.isfinite(v).all() for v in checkpoint["model"].values())
+
+
+def test_foreign_checkpoint_is_refused(tmp_path):
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"model": {}}, foreign)
+    with pytest.raises(cont.ArgError, match="--resume .* was not written by ppo_continuous_action.py"):
+        cont.train(cont.Args(resume=str(foreign)))
+    truncated = tmp_path / "truncated.pt"
+    torch.save({"weights": torch.zeros(1000)}, truncated)
+    truncated.write_bytes(truncated.read_bytes()[:200])
+    with pytest.raises(cont.ArgError, match="not a readable checkpoint"):
+        cont.train(cont.Args(resume=str(truncated)))
