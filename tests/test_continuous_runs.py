@@ -25,65 +25,55 @@ def test_learns_inverted_pendulum(tmp_path):
     assert np.mean(returns[:10]) < 100  # it did start from scratch
 
 
+def train_pendulum(cont, tmp_path, monkeypatch, **flags):
+    """A few short updates on Pendulum in tmp_path; returns the run folder."""
+    monkeypatch.chdir(tmp_path)
+    cont.train(cont.Args(**{"env_id": "Pendulum-v1", "num_steps": 64, "num_minibatches": 2, "update_epochs": 1, **flags}))
+    return only_run_dir(tmp_path)
+
+
+def logged(run_dir, tag):
+    return [value for _, value in read_scalars(run_dir, tag)]
+
+
 def test_annealing_schedules_as_logged(cont, tmp_path, monkeypatch):
     """G6 and X1: linear from the initial value towards 0, one step per update: lr * (1 - (k - 1) / K)."""
-    monkeypatch.chdir(tmp_path)
-    args = cont.Args(
-        env_id="Pendulum-v1",
-        num_steps=64,
-        total_timesteps=256,
-        num_minibatches=2,
-        update_epochs=1,
-        anneal_clip_coef=True,
-        learning_rate=1e-3,
-        clip_coef=0.3,
-        cuda=False,
+    run_dir = train_pendulum(
+        cont, tmp_path, monkeypatch, total_timesteps=256, anneal_clip_coef=True, learning_rate=1e-3, clip_coef=0.3
     )
-    cont.train(args)
-    run_dir = only_run_dir(tmp_path)
-    lrs = [value for _, value in read_scalars(run_dir, "charts/learning_rate")]
-    clips = [value for _, value in read_scalars(run_dir, "charts/clip_coef")]
-    np.testing.assert_allclose(lrs, [1e-3, 7.5e-4, 5e-4, 2.5e-4], rtol=1e-5)
-    np.testing.assert_allclose(clips, [0.3, 0.225, 0.15, 0.075], rtol=1e-5)
+    np.testing.assert_allclose(logged(run_dir, "charts/learning_rate"), [1e-3, 7.5e-4, 5e-4, 2.5e-4], rtol=1e-5)
+    np.testing.assert_allclose(logged(run_dir, "charts/clip_coef"), [0.3, 0.225, 0.15, 0.075], rtol=1e-5)
     assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [64, 128, 192, 256]
 
 
 def test_constant_schedules_when_off(cont, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    args = cont.Args(
-        env_id="Pendulum-v1", num_steps=64, total_timesteps=192, num_minibatches=2, update_epochs=1, anneal_lr=False
-    )
-    cont.train(args)
-    run_dir = only_run_dir(tmp_path)
-    assert [v for _, v in read_scalars(run_dir, "charts/learning_rate")] == pytest.approx([3e-4] * 3)
-    assert [v for _, v in read_scalars(run_dir, "charts/clip_coef")] == pytest.approx([0.2] * 3)
+    run_dir = train_pendulum(cont, tmp_path, monkeypatch, total_timesteps=192, anneal_lr=False)
+    assert logged(run_dir, "charts/learning_rate") == pytest.approx([3e-4] * 3)
+    assert logged(run_dir, "charts/clip_coef") == pytest.approx([0.2] * 3)
 
 
 def test_adaptive_kl_beta_carries_across_updates(cont, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    args = cont.Args(
-        env_id="Pendulum-v1",
+    # a target no update can reach: beta halves after every update, from one update to the next
+    run_dir = train_pendulum(
+        cont,
+        tmp_path,
+        monkeypatch,
         num_steps=128,
         total_timesteps=768,
-        num_minibatches=2,
         update_epochs=2,
         surrogate="kl-adaptive",
-        kl_dtarg=100.0,  # a target no update can reach: beta halves after every update
+        kl_dtarg=100.0,
     )
-    cont.train(args)
-    betas = [value for _, value in read_scalars(only_run_dir(tmp_path), "charts/kl_beta")]
-    np.testing.assert_allclose(betas, [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625])
+    np.testing.assert_allclose(logged(run_dir, "charts/kl_beta"), [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625])
+
+
+SHORT_RUN = ["--env-id", "InvertedPendulum-v5", "--num-steps", "512", "--total-timesteps", "1024"]
 
 
 def test_track_offline_with_video(tmp_path):
     result = run_script(
         "ppo_continuous_action",
-        "--env-id",
-        "InvertedPendulum-v5",
-        "--num-steps",
-        "512",
-        "--total-timesteps",
-        "1024",
+        *SHORT_RUN,
         "--track",
         "--capture-video",
         cwd=tmp_path,
@@ -99,12 +89,7 @@ def test_track_offline_with_video(tmp_path):
 def test_save_model_then_evaluate(tmp_path):
     result = run_script(
         "ppo_continuous_action",
-        "--env-id",
-        "InvertedPendulum-v5",
-        "--num-steps",
-        "512",
-        "--total-timesteps",
-        "1024",
+        *SHORT_RUN,
         "--save-model",
         cwd=tmp_path,
     )

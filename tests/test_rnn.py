@@ -22,63 +22,54 @@ def make_agent(rnn_kind, obs_shape=(2,), **flags):
     return rnn.Agent(spaces, rnn.Args(rnn=rnn_kind, **flags))
 
 
+def rollout_batch(tmp_path, monkeypatch, **flags):
+    """A real rollout on CartPoleNoVelocity (an early policy: episodes of about 20 steps end inside the 64-step
+    segment) with a zero learning rate, so that the agent after the run is the rollout's; returns it with the flat
+    batch, random advantages added."""
+    monkeypatch.chdir(tmp_path)
+    defaults = dict(env_id="CartPoleNoVelocity-v1", num_envs=4, num_steps=64, total_timesteps=256, num_minibatches=2)
+    args = rnn.Args(**{**defaults, "update_epochs": 1, "learning_rate": 0.0, **flags})
+    result = rnn.train(args)
+    r = result["rollout"]
+    batch = {key: r[key].flatten(0, 1) for key in ("obs", "actions", "logprobs", "values", "dones")}
+    batch["advantages"] = torch.randn(len(batch["obs"]), generator=torch.Generator().manual_seed(0))
+    batch["returns"] = batch["values"] + batch["advantages"]
+    batch["initial_state"] = r["initial_state"]
+    return result["agent"], batch, args
+
+
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("rnn_kind", ["lstm", "gru"])
 def test_training_pass_recomputes_the_rollout_exactly(tmp_path, monkeypatch, rnn_kind, shared):
-    """A real rollout on CartPoleNoVelocity (random-ish early policy: episodes of ~20 steps end inside the 64-step
-    segment); with a zero learning rate the agent after the update is the rollout's. Recomputing every minibatch from
-    the saved initial state through the stored dones gives the stored log-probs and values: ratio 1."""
-    monkeypatch.chdir(tmp_path)
-    args = rnn.Args(
-        env_id="CartPoleNoVelocity-v1",
-        num_envs=4,
-        num_steps=64,
-        total_timesteps=512,
-        num_minibatches=2,
-        update_epochs=1,
-        learning_rate=0.0,
-        rnn=rnn_kind,
-        shared_network=shared,
+    """Recomputing every minibatch from the rollout's saved initial state through the stored dones gives the stored
+    log-probs and values: ratio 1 at the first step of training. The second of two rollouts is checked, so that it
+    starts from a carried-over state."""
+    agent, batch, _ = rollout_batch(
+        tmp_path, monkeypatch, total_timesteps=512, rnn=rnn_kind, shared_network=shared,
         ortho_init=False,  # PyTorch's default init: larger logits than the 0.01-gain head, so log-probs vary with the state
-        cuda=False,
-    )
-    result = rnn.train(args)
-    rollout, agent = result["rollout"], result["agent"]
-    assert rollout["dones"][1:].sum() >= 4  # episodes ended inside the segment
-    assert rollout["logprobs"].std() > 1e-3
-    assert rollout["initial_state"].abs().sum() > 0  # the last rollout started from a carried-over state
-    flat = lambda t: t.reshape((-1,) + t.shape[2:])  # noqa: E731
+    )  # fmt: skip
+    assert batch["dones"].reshape(64, 4)[1:].sum() >= 4  # episodes ended inside the segment
+    assert batch["initial_state"].abs().sum() > 0 and batch["logprobs"].std() > 1e-3
     for mb_env_inds, mb_inds in rnn.env_minibatches(64, 4, 2):
         with torch.no_grad():
             _, logprob, _, value, _ = agent.get_action_and_value(
-                flat(rollout["obs"])[mb_inds],
-                rollout["initial_state"][:, mb_env_inds],
-                flat(rollout["dones"])[mb_inds],
-                flat(rollout["actions"])[mb_inds],
+                batch["obs"][mb_inds],
+                batch["initial_state"][:, mb_env_inds],
+                batch["dones"][mb_inds],
+                batch["actions"][mb_inds],
             )
-        torch.testing.assert_close(logprob, flat(rollout["logprobs"])[mb_inds], rtol=0, atol=1e-5)
-        torch.testing.assert_close(value.flatten(), flat(rollout["values"])[mb_inds], rtol=0, atol=1e-5)
+        torch.testing.assert_close(logprob, batch["logprobs"][mb_inds], rtol=0, atol=1e-5)
+        torch.testing.assert_close(value.flatten(), batch["values"][mb_inds], rtol=0, atol=1e-5)
 
 
 def test_ignoring_dones_would_not_match(tmp_path, monkeypatch):
     """The check above can fail: without the resets the recomputed values drift from the rollout's."""
-    monkeypatch.chdir(tmp_path)
-    args = rnn.Args(
-        env_id="CartPoleNoVelocity-v1",
-        num_envs=4,
-        num_steps=64,
-        total_timesteps=256,
-        num_minibatches=1,
-        update_epochs=1,
-        learning_rate=0.0,
-    )
-    result = rnn.train(args)
-    rollout, agent = result["rollout"], result["agent"]
+    agent, batch, _ = rollout_batch(tmp_path, monkeypatch)
     with torch.no_grad():
         _, _, _, value, _ = agent.get_action_and_value(
-            rollout["obs"].flatten(0, 1), rollout["initial_state"], torch.zeros(256), rollout["actions"].flatten()
+            batch["obs"], batch["initial_state"], torch.zeros(256), batch["actions"]
         )
-    assert not torch.allclose(value.flatten(), rollout["values"].flatten(), atol=1e-5)
+    assert batch["dones"].sum() > 0 and not torch.allclose(value.flatten(), batch["values"], atol=1e-5)
 
 
 @pytest.mark.parametrize("rnn_kind", ["lstm", "gru"])
@@ -133,27 +124,6 @@ def test_encoders_follow_the_observation_space():
     frames = torch.randint(0, 256, (6, 84, 84, 1), dtype=torch.uint8)
     _, logprob, _, value, state = pixels.get_action_and_value(frames, pixels.initial_state(3), torch.zeros(6))
     assert logprob.shape == (6,) and value.shape == (6, 1) and state.shape == (2, 3, 128)  # 2 steps of 3 envs
-
-
-def rollout_batch(tmp_path, monkeypatch, **flags):
-    monkeypatch.chdir(tmp_path)
-    args = rnn.Args(
-        env_id="CartPoleNoVelocity-v1",
-        num_envs=4,
-        num_steps=64,
-        total_timesteps=256,
-        num_minibatches=2,
-        update_epochs=1,
-        learning_rate=0.0,
-        **flags,
-    )
-    result = rnn.train(args)
-    r = result["rollout"]
-    batch = {key: r[key].flatten(0, 1) for key in ("obs", "actions", "logprobs", "values", "dones")}
-    batch["advantages"] = torch.randn(256, generator=torch.Generator().manual_seed(0))
-    batch["returns"] = batch["values"] + batch["advantages"]
-    batch["initial_state"] = r["initial_state"]
-    return result["agent"], batch, args
 
 
 def test_update_improves_the_surrogate_with_sensible_statistics(tmp_path, monkeypatch):
