@@ -21,6 +21,7 @@ import ale_py
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import tyro
 from gymnasium.vector import AutoresetMode
@@ -180,6 +181,41 @@ class ArgError(ValueError):
 
 class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity: the message names the update and the last good checkpoint."""
+
+
+def distributed_setup(args: Args):
+    """X2: under torchrun (which sets RANK, WORLD_SIZE and LOCAL_RANK) joins the process group, gloo on CPUs, NCCL on
+    GPUs with rank r on GPU LOCAL_RANK of its node; a plain run is rank 0 of 1. Returns (rank, world_size, device)."""
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    use_cuda = torch.cuda.is_available() and args.cuda
+    device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if use_cuda else "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if world_size > 1 and not dist.is_initialized():
+        backend = "nccl" if use_cuda else "gloo"
+        try:
+            dist.init_process_group(backend, rank=rank, world_size=world_size)
+        except Exception as e:
+            raise ArgError(
+                f"torchrun: the {backend} backend did not start ({type(e).__name__}: {e}); check --nnodes, --node-rank and "
+                "--rdzv-endpoint"
+            ) from None
+    return rank, world_size, device
+
+
+def all_ranks_mean(tensor, world_size):
+    """X2: the mean of `tensor` over all ranks, in place; a single process keeps it as it is."""
+    if world_size > 1:
+        dist.all_reduce(tensor)
+        tensor /= world_size
+    return tensor
+
+
+def stop_requested(stop_signals, world_size, device):
+    """Whether any rank has received SIGINT or SIGTERM: all ranks stop at the same step."""
+    if world_size == 1:
+        return bool(stop_signals)
+    return all_ranks_mean(torch.tensor(float(bool(stop_signals)), device=device), world_size).item() > 0  # device sync
 
 
 def check_args(args: Args) -> None:
@@ -549,7 +585,7 @@ def env_minibatches(num_steps, num_envs, num_minibatches):
         yield mb_env_inds, flat_inds[:, mb_env_inds].ravel()
 
 
-def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta):
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch dict (obs, actions, logprobs, advantages,
     returns, values, dones, and initial_state, the recurrent state at the rollout's start). Returns the logged
     statistics as tensors (no device sync here, except for X3)."""
@@ -581,11 +617,16 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta):
 
             optimizer.zero_grad()
             loss.backward()
+            if world_size > 1:  # X2: every rank steps with the gradient averaged over all ranks' minibatches
+                grads = [p.grad for p in agent.parameters() if p.grad is not None]
+                averaged = all_ranks_mean(torch.cat([g.flatten() for g in grads]), world_size)
+                for g, mean in zip(grads, averaged.split([g.numel() for g in grads])):
+                    g.copy_(mean.view_as(g))
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
             optimizer.step()
 
-        if args.target_kl is not None and approx_kl > args.target_kl:  # X3 (device sync)
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # X3 (device sync)
             break
     return {
         "value_loss": v_loss.detach(),
@@ -605,7 +646,7 @@ def batch_kl(agent, batch):
             batch["obs"], batch["initial_state"], batch["dones"], batch["actions"]
         )
         logratio = newlogprob - batch["logprobs"]
-        return ((logratio.exp() - 1) - logratio).mean().item()
+        return ((logratio.exp() - 1) - logratio).mean()
 
 
 def truncation_bootstrap(agent, state, infos, terminations, truncations, gamma, device):
@@ -639,10 +680,17 @@ def train(args: Args, stop_signals=()):
     if checkpoint is not None:
         args = replace(Args(**checkpoint["args"]), resume=args.resume)  # the run continues with its own flags
     check_args(args)
+    rank, world_size, device = distributed_setup(args)  # X2
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if world_size > 1:
+        shared = [run_name]
+        dist.broadcast_object_list(shared, src=0)  # X2: rank 0's run name everywhere
+        run_name = shared[0]
+    track = args.track and rank == 0  # X2: only rank 0 logs, records videos and writes checkpoints
+    num_iterations = args.total_timesteps // (args.batch_size * world_size)
     checkpoint_path = f"runs/{run_name}/agent.pt"
     checkpoint_interval = args.checkpoint_interval if args.checkpoint_interval is not None else 100 * args.save_model
-    if args.track:
+    if track:
         import wandb
 
         wandb.init(
@@ -656,20 +704,23 @@ def train(args: Args, stop_signals=()):
             resume="allow",
         )
     # on resume, TensorBoard hides whatever the interrupted run logged after its checkpoint, so no step appears twice
-    writer = SummaryWriter(f"runs/{run_name}", purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
-    if checkpoint is None:
+    writer = (
+        SummaryWriter(f"runs/{run_name}", purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
+        if rank == 0
+        else None
+    )
+    if checkpoint is None and rank == 0:
         writer.add_text(
             "hyperparameters",
             "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])),
         )
 
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    random.seed(args.seed + rank)  # X2: each rank draws its own numbers
+    np.random.seed(args.seed + rank)
+    torch.manual_seed(args.seed + rank)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    envs = make_envs(args, run_name)
+    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run_name)
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps)  # G11
     start_iteration, global_step, kl_beta = 1, 0, args.kl_beta
@@ -677,9 +728,16 @@ def train(args: Args, stop_signals=()):
         agent.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         set_env_statistics(envs, checkpoint["env_stats"])
-        set_rng_state(checkpoint["rng"])
+        set_rng_state(checkpoint["rng"])  # rank 0's; the other ranks draw their own numbers
+        if rank > 0:
+            random.seed(args.seed + rank + checkpoint["global_step"])
+            np.random.seed(args.seed + rank + checkpoint["global_step"])
+            torch.manual_seed(args.seed + rank + checkpoint["global_step"])
         start_iteration, global_step, kl_beta = checkpoint["iteration"] + 1, checkpoint["global_step"], checkpoint["kl_beta"]
         print(f"resumed {run_name} after update {checkpoint['iteration']} (step {global_step}); the envs start new episodes")
+    if world_size > 1:
+        for param in agent.parameters():
+            dist.broadcast(param.data, src=0)  # X2: all ranks start from rank 0's parameters
 
     # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one)
     obs_dtype = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else torch.float32  # frames stay bytes
@@ -693,21 +751,23 @@ def train(args: Args, stop_signals=()):
     start_time = last_print = time.time()
     start_step, done_iteration, done_step = global_step, start_iteration - 1, global_step  # done_*: the last finished update
     episodic_returns, recent_returns, videos_logged = [], deque(maxlen=20), set()
-    wandb_id = wandb.run.id if args.track else None
-    next_obs, _ = envs.reset(seed=args.seed + global_step)
+    wandb_id = wandb.run.id if track else None
+    stopping = False  # whether a rank received SIGINT or SIGTERM
+    next_obs, _ = envs.reset(seed=args.seed + rank * args.num_envs + global_step)  # env i of rank r: seed + r * num_envs + i
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
     next_state = initial_state = agent.initial_state(args.num_envs, device)  # B3
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        frac = 1.0 - (iteration - 1.0) / args.num_iterations
+    for iteration in range(start_iteration, num_iterations + 1):
+        frac = 1.0 - (iteration - 1.0) / num_iterations
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
         clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
         initial_state = next_state.clone()  # B3: training recomputes the states from here
 
+        episodes, stopping = [], False  # (global_step, return, length) of the episodes that end in this rollout
         for step in range(args.num_steps):
-            global_step += args.num_envs
+            global_step += args.num_envs * world_size  # X2: the steps of all ranks
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
@@ -724,14 +784,11 @@ def train(args: Args, stop_signals=()):
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
             next_obs = torch.as_tensor(next_obs, device=device)  # uint8: a quarter of float32's memory
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
-            for episodic_return, episodic_length in finished_episodes(infos):
-                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                writer.add_scalar("charts/episodic_length", episodic_length, global_step)
-                episodic_returns.append(episodic_return)
-                recent_returns.append(episodic_return)
-            if stop_signals:
+            episodes += [(global_step, r, length) for r, length in finished_episodes(infos)]
+            stopping = stop_requested(stop_signals, world_size, device)
+            if stopping:
                 break
-        if stop_signals:
+        if stopping:
             break  # the unfinished rollout is dropped; the checkpoint below is the last finished update
 
         with torch.no_grad():
@@ -750,56 +807,68 @@ def train(args: Args, stop_signals=()):
             "dones": dones.reshape(-1),
             "initial_state": initial_state,
         }
-        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta)
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size)
         losses = torch.stack([stats["value_loss"], stats["policy_loss"], stats["entropy"]])
         if not (torch.isfinite(losses).all() and all(torch.isfinite(p).all() for p in agent.parameters())):  # device sync
             envs.close()
-            writer.close()
+            if writer is not None:
+                writer.close()
             last_good = checkpoint_path if os.path.exists(checkpoint_path) else "none written yet"
             raise NonFiniteError(
                 f"a loss or a parameter became NaN or infinite in update {iteration} (step {global_step}); training stopped "
                 f"and wrote no checkpoint; the last good one: {last_good}"
             )
         if args.surrogate == "kl-adaptive":
-            kl_beta = adapt_kl_beta(kl_beta, batch_kl(agent, batch), args.kl_dtarg)  # G1
+            kl_beta = adapt_kl_beta(kl_beta, all_ranks_mean(batch_kl(agent, batch), world_size).item(), args.kl_dtarg)  # G1
 
+        if world_size > 1:
+            gathered = [None] * world_size
+            dist.all_gather_object(gathered, episodes)  # X2: rank 0 logs the episodes of every rank
+            episodes = sorted(episode for rank_episodes in gathered for episode in rank_episodes)
+        episodic_returns += [r for _, r, _ in episodes]
+        recent_returns.extend(r for _, r, _ in episodes)
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
         sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/clip_coef", clip_coef, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        if args.surrogate in ("kl-fixed", "kl-adaptive"):
-            writer.add_scalar("charts/kl_beta", kl_beta, global_step)
-        for key in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
-            writer.add_scalar(f"losses/{key}", stats[key].item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        if time.time() - last_print > 10 or iteration == args.num_iterations:
-            last_print = time.time()
-            mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-            print(
-                f"step {global_step}/{args.total_timesteps}  SPS {sps}  mean return (last {len(recent_returns)}) {mean_return}"
-            )
-        if args.track and args.capture_video:
-            videos_logged = log_videos(run_name, videos_logged)
+        if rank == 0:
+            for step_of_end, episodic_return, episodic_length in episodes:
+                writer.add_scalar("charts/episodic_return", episodic_return, step_of_end)
+                writer.add_scalar("charts/episodic_length", episodic_length, step_of_end)
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/clip_coef", clip_coef, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            if args.surrogate in ("kl-fixed", "kl-adaptive"):
+                writer.add_scalar("charts/kl_beta", kl_beta, global_step)
+            for key in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
+                writer.add_scalar(f"losses/{key}", stats[key].item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            if time.time() - last_print > 10 or iteration == num_iterations:
+                last_print = time.time()
+                mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
+                print(
+                    f"step {global_step}/{args.total_timesteps}  SPS {sps}  mean return (last {len(recent_returns)}) {mean_return}"
+                )
+            if track and args.capture_video:
+                videos_logged = log_videos(run_name, videos_logged)
         done_iteration, done_step = iteration, global_step
-        if checkpoint_interval and iteration % checkpoint_interval == 0:
+        if rank == 0 and checkpoint_interval and iteration % checkpoint_interval == 0:
             save_checkpoint(checkpoint_path, agent, optimizer, envs, args, run_name, iteration, global_step, kl_beta, wandb_id)
 
-    if stop_signals or args.save_model or checkpoint_interval:
+    if rank == 0 and (stopping or args.save_model or checkpoint_interval):
         save_checkpoint(checkpoint_path, agent, optimizer, envs, args, run_name, done_iteration, done_step, kl_beta, wandb_id)
         print(f"saved the agent after update {done_iteration} (step {done_step}) to {checkpoint_path}")
-    if stop_signals:
-        print(
-            f"stopped by signal {stop_signals[0]}; continue with: python {os.path.basename(__file__)} --resume {checkpoint_path}"
-        )
+    if rank == 0 and stopping:
+        print(f"stopped by a signal; continue with: python {os.path.basename(__file__)} --resume {checkpoint_path}")
     envs.close()
-    if args.track and args.capture_video:
+    if track and args.capture_video:
         log_videos(run_name, videos_logged)
-    writer.close()
-    if args.track:
+    if writer is not None:
+        writer.close()
+    if track:
         wandb.finish()
+    if world_size > 1:
+        dist.destroy_process_group()
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
     rollout["initial_state"] = initial_state
     return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout}

@@ -1,0 +1,113 @@
+"""X2 with torch.distributed on CPU (gloo), two processes: the ranks stay bit-identical, one distributed update equals
+gradients averaged by hand, and a torchrun launch counts every rank's steps and episodes while only rank 0 logs."""
+
+import glob
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from conftest import ROOT, SCRIPTS, load_script, read_scalars
+from test_update import fixed_batch, make_agent, reference_minibatch_loss
+
+WORLD_SIZE = 2
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def as_rank(rank, port, tmp_path):
+    """The environment torchrun gives each process."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE)
+    )
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    os.chdir(tmp_path)
+
+
+def train_worker(rank, port, tmp_path, name, flags):
+    as_rank(rank, port, tmp_path)
+    module = load_script(name)
+    result = module.train(module.Args(**flags))
+    torch.save(result["agent"].state_dict(), tmp_path / f"rank{rank}.pt")
+
+
+SHORT = {
+    "ppo_continuous_action": dict(env_id="Pendulum-v1", num_steps=128, num_minibatches=4, total_timesteps=1024),
+    "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
+    "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_ranks_hold_bit_identical_parameters(tmp_path, name):
+    flags = {**SHORT[name], "update_epochs": 2, "target_kl": 0.05, "cuda": False}
+    mp.spawn(train_worker, args=(free_port(), tmp_path, name, flags), nprocs=WORLD_SIZE)
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD_SIZE))
+    initial = make_agent(load_script(name)).state_dict() if name != "ppo_rnn" else None
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), key
+    if initial is not None:  # and they did learn something
+        assert any(not torch.equal(rank0[k], initial[k]) for k in rank0 if k in initial)
+    assert len(glob.glob(str(tmp_path / "runs" / "*" / "events.*"))) == 1  # only rank 0 wrote logs
+
+
+def update_worker(rank, port, tmp_path):
+    as_rank(rank, port, tmp_path)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
+    cont = load_script("ppo_continuous_action")
+    agent = make_agent(cont)  # the same initial parameters on both ranks
+    args = cont.Args(num_envs=1, num_steps=64, num_minibatches=1, update_epochs=1, max_grad_norm=0.05)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
+    cont.update_policy(agent, optimizer, fixed_batch(cont, make_agent(cont), seed=10 + rank), args, 0.2, 1.0, WORLD_SIZE)
+    torch.save(agent.state_dict(), tmp_path / f"rank{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def test_one_distributed_update_equals_gradients_averaged_by_hand(tmp_path):
+    mp.spawn(update_worker, args=(free_port(), tmp_path), nprocs=WORLD_SIZE)
+    cont = load_script("ppo_continuous_action")
+    args = cont.Args(num_envs=1, num_steps=64, num_minibatches=1, update_epochs=1, max_grad_norm=0.05)
+    reference = make_agent(cont)
+    params = list(reference.parameters())
+    grads = []
+    for rank in range(WORLD_SIZE):  # each rank's minibatch, its gradient computed from the formulas
+        batch = fixed_batch(cont, make_agent(cont), seed=10 + rank)
+        loss = reference_minibatch_loss(reference, batch, args, 0.2)
+        grads.append(torch.autograd.grad(loss, params, allow_unused=True))
+    averaged = [(a + b) / 2 if a is not None else torch.zeros_like(p) for a, b, p in zip(*grads, params)]
+    norm = torch.sqrt(sum((g**2).sum() for g in averaged))
+    optimizer = torch.optim.Adam(params, lr=1e-3, eps=1e-5)
+    for p, g in zip(params, averaged):
+        p.grad = g * min(1.0, 0.05 / (norm.item() + 1e-6))  # G8 on the averaged gradient
+    optimizer.step()
+    for rank in range(WORLD_SIZE):
+        distributed = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        for key, value in reference.state_dict().items():
+            torch.testing.assert_close(distributed[key], value, rtol=1e-4, atol=1e-6)  # Adam moves each weight by ~1e-3
+
+
+def test_torchrun_counts_every_ranks_steps_and_episodes(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           str(ROOT / "ppo_continuous_action.py"), "--env-id", "Pendulum-v1", "--num-steps", "256",
+           "--total-timesteps", "2048", "--num-minibatches", "4", "--update-epochs", "1"]  # fmt: skip
+    result = subprocess.run(
+        cmd, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = glob.glob(str(tmp_path / "runs" / "*"))
+    assert len(glob.glob(os.path.join(run_dir, "events.*"))) == 1
+    # 4 updates of 2 ranks x 256 steps; SPS is computed from those global steps
+    assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [512, 1024, 1536, 2048]
+    # each rank plays 1024 steps: 5 whole 200-step Pendulum episodes each, all logged by rank 0
+    episode_steps = [step for step, _ in read_scalars(run_dir, "charts/episodic_return")]
+    assert len(episode_steps) == 10 and episode_steps == sorted(episode_steps)
+    assert np.unique(episode_steps).tolist() == [400, 800, 1200, 1600, 2000]
