@@ -193,7 +193,7 @@ def all_ranks_mean(tensor, world_size):
 
 
 def stop_requested(stop_signals, world_size, device):
-    """Whether any rank has received SIGINT or SIGTERM: all ranks stop at the same step."""
+    """Whether any rank has received SIGINT or SIGTERM, so that all ranks stop at the same step."""
     if world_size == 1:
         return bool(stop_signals)
     return all_ranks_mean(torch.tensor(float(bool(stop_signals)), device=device), world_size).item() > 0  # device sync
@@ -666,7 +666,8 @@ def train(args: Args, stop_signals=()):
             next_obs = torch.as_tensor(next_obs, device=device)  # uint8: a quarter of float32's memory
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
             episodes += [(global_step, r, length) for r, length in finished_episodes(infos)]
-            stopping = stop_requested(stop_signals, world_size, device)
+            if world_size == 1 or step == args.num_steps - 1:  # X2: ranks agree once per rollout, not every step
+                stopping = stop_requested(stop_signals, world_size, device)
             if stopping:
                 break
         if stopping:
