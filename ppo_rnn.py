@@ -907,6 +907,7 @@ def set_rng_state(state):
 
 
 CHECKPOINT_KEYS = {
+    "script",
     "model",
     "optimizer",
     "env_stats",
@@ -924,6 +925,7 @@ def save_checkpoint(path, agent, optimizer, envs, args, run_name, iteration, glo
     """Everything needed to act and to continue training, written to a temporary file and renamed: an interrupted
     write leaves the previous checkpoint whole."""
     checkpoint = {
+        "script": os.path.basename(__file__),
         "model": agent.state_dict(),
         "optimizer": optimizer.state_dict(),
         "env_stats": env_statistics(envs),
@@ -950,6 +952,8 @@ def load_checkpoint(path, flag):
         raise ArgError(f"{flag} {path} is not a readable checkpoint ({type(e).__name__}); use another one") from None
     if not isinstance(checkpoint, dict) or not CHECKPOINT_KEYS <= checkpoint.keys():
         raise ArgError(f"{flag} {path} was not written by {os.path.basename(__file__)}")
+    if checkpoint["script"] != os.path.basename(__file__):
+        raise ArgError(f"{flag} {path} was written by {checkpoint['script']}; load it with that script")
     return checkpoint
 
 

@@ -144,6 +144,10 @@ def test_foreign_checkpoint_is_refused(tmp_path):
     torch.save({"model": {}}, foreign)
     with pytest.raises(cont.ArgError, match="--resume .* was not written by ppo_continuous_action.py"):
         cont.train(cont.Args(resume=str(foreign)))
+    other_script = tmp_path / "other.pt"
+    torch.save({key: None for key in cont.CHECKPOINT_KEYS} | {"script": "ppo_atari.py"}, other_script)
+    with pytest.raises(cont.ArgError, match="--resume .* was written by ppo_atari.py; load it with that script"):
+        cont.train(cont.Args(resume=str(other_script)))
     truncated = tmp_path / "truncated.pt"
     torch.save({"weights": torch.zeros(1000)}, truncated)
     truncated.write_bytes(truncated.read_bytes()[:200])
