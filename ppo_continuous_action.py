@@ -705,6 +705,7 @@ def train(args: Args, stop_signals=()):
     if track:
         wandb.finish()
     if world_size > 1:
+        dist.barrier()  # no rank leaves while another still talks to it
         dist.destroy_process_group()
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
     return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout}
