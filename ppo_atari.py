@@ -564,6 +564,13 @@ def train(args: Args, stop_signals=()):
     current env step, saves a checkpoint, closes everything and returns."""
     checkpoint = load_checkpoint(args.resume, "--resume") if args.resume else None
     if checkpoint is not None:
+        changed = [
+            f"--{key.replace('_', '-')}"
+            for key, value in asdict(args).items()
+            if key != "resume" and value != getattr(Args(), key)
+        ]
+        if changed:
+            raise ArgError(f"--resume continues the run with its own flags; drop {' '.join(changed)}")
         args = replace(Args(**checkpoint["args"]), resume=args.resume)  # the run continues with its own flags
     check_args(args)
     rank, world_size, device = distributed_setup(args)  # X2

@@ -82,6 +82,8 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
     (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["iteration"] == 2 and checkpoint["global_step"] == steps
+    with pytest.raises(module.ArgError, match="drop --seed --total-timesteps"):  # flags are the checkpoint's
+        module.train(module.Args(resume=path, seed=2, total_timesteps=12345))
     resumed = module.train(module.Args(resume=path))
     assert resumed["run_name"] == result["run_name"] and resumed["episodic_returns"] == []
     for key, value in resumed["agent"].state_dict().items():
