@@ -5,8 +5,10 @@ reproduce the reference implementation (openai/baselines ppo2) and the paper's T
     python ppo_continuous_action.py --env-id Hopper-v5 --total-timesteps 1000000
 """
 
+import math
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -37,6 +39,10 @@ class Args:
     """sets `torch.backends.cudnn.deterministic`"""
     cuda: bool = True
     """use CUDA when a GPU is present (the CPU otherwise)"""
+    torch_threads: int = 1
+    """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core; 1 is fastest for these small MLPs, whose ops are too small to split"""
+    compile: bool = False
+    """torch.compile the minibatch loss and its backward (inductor): the first update waits 10-30 s for the compiler, later ones run faster; the same losses to float tolerance; runs eagerly, with a warning, where no C++ compiler is present"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"
@@ -152,6 +158,15 @@ class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity: the message names the update and the last good checkpoint."""
 
 
+def compiled(fn, device):
+    """--compile: torch.compile(fn), or fn itself where inductor has nothing to build with (a C++ compiler on CPUs)."""
+    if device.type == "cpu" and shutil.which(os.environ.get("CXX", "g++")) is None:
+        print("warning: --compile needs a C++ compiler (g++) on a CPU; running without compiling", file=sys.stderr)
+        return fn
+    torch._dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly instead of failing the run
+    return torch.compile(fn)
+
+
 def distributed_setup(args: Args):
     """X2: under torchrun (which sets RANK, WORLD_SIZE and LOCAL_RANK) joins the process group, gloo on CPUs, NCCL on
     GPUs with rank r on GPU LOCAL_RANK of its node; a plain run is rank 0 of 1. Returns (rank, world_size, device)."""
@@ -199,6 +214,8 @@ def check_args(args: Args) -> None:
         )
     if args.total_timesteps < args.batch_size:
         raise ArgError(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size}); raise it")
+    if args.torch_threads < 0:
+        raise ArgError(f"--torch-threads {args.torch_threads}: pass a positive count, or 0 for torch's default")
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         raise ArgError("--gamma and --gae-lambda must lie in [0, 1]")
     try:
@@ -371,6 +388,20 @@ class Agent(nn.Module):
         value = self.critic(hidden if self.shared_network else self.critic_body(x))
         return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), value
 
+    def act(self, x):
+        """The rollout's lean path: what get_action_and_value(x) returns but the entropy, from the same random draw, with
+        the Gaussian written out instead of a distribution object (fewer operations per env step)."""
+        hidden = self.actor_body(x)
+        action_mean = self.actor_mean(hidden)
+        action_logstd = self.actor_logstd(hidden) if self.state_dependent_std else self.actor_logstd.expand_as(action_mean)
+        action_std = action_logstd.exp()
+        action = torch.normal(action_mean, action_std)
+        log_density = (
+            -((action - action_mean) ** 2) / (2 * action_std**2) - action_std.log() - math.log(math.sqrt(2 * math.pi))
+        )
+        value = self.critic(hidden if self.shared_network else self.critic_body(x))
+        return action, log_density.sum(1), value
+
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
     """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
@@ -433,32 +464,38 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
     return kl_beta
 
 
-def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1):
+def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
+    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged statistics;
+    KL estimates and clip fraction carry no gradient."""
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+    logratio = newlogprob - mb["logprobs"]
+    with torch.no_grad():
+        ratio = logratio.exp()
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
+    v_loss = value_loss(newvalue.view(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+    return loss, (pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac)
+
+
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, loss_fn=ppo_loss):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch dict (obs, actions, logprobs, advantages,
-    returns, values). Returns the logged statistics as tensors (no device sync here, except for X3)."""
+    returns, values). loss_fn: ppo_loss or its torch.compile'd twin (--compile). Returns the logged statistics as
+    tensors (no device sync here, except for X3)."""
     b_inds = np.arange(args.batch_size)
     clipfracs = []
     for epoch in range(args.update_epochs):
         np.random.shuffle(b_inds)
         for start in range(0, args.batch_size, args.minibatch_size):
-            mb_inds = b_inds[start : start + args.minibatch_size]
-            _, newlogprob, entropy, newvalue = agent.get_action_and_value(batch["obs"][mb_inds], batch["actions"][mb_inds])
-            logratio = newlogprob - batch["logprobs"][mb_inds]
-            with torch.no_grad():
-                ratio = logratio.exp()
-                old_approx_kl = (-logratio).mean()
-                approx_kl = ((ratio - 1) - logratio).mean()
-                clipfracs.append(((ratio - 1.0).abs() > clip_coef).float().mean())
-
-            mb_advantages = batch["advantages"][mb_inds]
-            if args.norm_adv:
-                mb_advantages = normalize_advantages(mb_advantages)  # G3
-            pg_loss = policy_loss(newlogprob, batch["logprobs"][mb_inds], mb_advantages, args.surrogate, clip_coef, kl_beta)
-            v_loss = value_loss(
-                newvalue.view(-1), batch["values"][mb_inds], batch["returns"][mb_inds], clip_coef, args.clip_vloss
+            mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=batch["obs"].device)
+            loss, (pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac) = loss_fn(
+                agent, {key: value[mb_inds] for key, value in batch.items()}, args, clip_coef, kl_beta
             )
-            entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+            clipfracs.append(clipfrac)
 
             optimizer.zero_grad()
             loss.backward()
@@ -474,9 +511,9 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # X3 (device sync)
             break
     return {
-        "value_loss": v_loss.detach(),
-        "policy_loss": pg_loss.detach(),
-        "entropy": entropy_loss.detach(),
+        "value_loss": v_loss,
+        "policy_loss": pg_loss,
+        "entropy": entropy_loss,
         "old_approx_kl": old_approx_kl,
         "approx_kl": approx_kl,
         "clipfrac": torch.stack(clipfracs).mean(),
@@ -529,6 +566,9 @@ def train(args: Args, stop_signals=()):
         args = replace(Args(**checkpoint["args"]), resume=args.resume)  # the run continues with its own flags
     check_args(args)
     rank, world_size, device = distributed_setup(args)  # X2
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+    loss_fn = compiled(ppo_loss, device) if args.compile else ppo_loss
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     if world_size > 1:
         shared = [run_name]
@@ -572,7 +612,7 @@ def train(args: Args, stop_signals=()):
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run_name)
     agent = Agent(envs, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps)  # G11
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
     start_iteration, global_step, kl_beta = 1, 0, args.kl_beta
     if checkpoint is not None:
         agent.load_state_dict(checkpoint["model"])
@@ -598,6 +638,7 @@ def train(args: Args, stop_signals=()):
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
     start_time = last_print = time.time()
+    sps = 0  # env steps per second since the start (or the resume), over all ranks
     start_step, done_iteration, done_step = global_step, start_iteration - 1, global_step  # done_*: the last finished update
     episodic_returns, recent_returns, videos_logged = [], deque(maxlen=20), set()
     wandb_id = wandb.run.id if track else None
@@ -618,7 +659,7 @@ def train(args: Args, stop_signals=()):
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
+                action, logprob, value = agent.act(next_obs)
             values[step] = value.flatten()
             actions[step] = action  # M8: the unclipped sample is stored; ClipAction clips what the env gets
             logprobs[step] = logprob
@@ -651,7 +692,7 @@ def train(args: Args, stop_signals=()):
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
         }
-        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size)
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, loss_fn)
         losses = torch.stack([stats["value_loss"], stats["policy_loss"], stats["entropy"]])
         if not (torch.isfinite(losses).all() and all(torch.isfinite(p).all() for p in agent.parameters())):  # device sync
             envs.close()
@@ -715,7 +756,7 @@ def train(args: Args, stop_signals=()):
         dist.barrier()  # no rank leaves while another still talks to it
         dist.destroy_process_group()
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
-    return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout}
+    return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout, "sps": sps}
 
 
 def log_videos(run_name, logged):

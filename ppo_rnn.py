@@ -61,6 +61,8 @@ class Args:
     """sets `torch.backends.cudnn.deterministic`"""
     cuda: bool = True
     """use CUDA when a GPU is present (the CPU otherwise)"""
+    torch_threads: int = 0
+    """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core, which the CNN's update uses well"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"
@@ -238,6 +240,8 @@ def check_args(args: Args) -> None:
         )
     if args.total_timesteps < args.batch_size:
         raise ArgError(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size}); raise it")
+    if args.torch_threads < 0:
+        raise ArgError(f"--torch-threads {args.torch_threads}: pass a positive count, or 0 for torch's default")
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
         raise ArgError("--gamma and --gae-lambda must lie in [0, 1]")
     for flag in ("frame_skip", "frame_stack"):
@@ -575,6 +579,26 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
     return kl_beta
 
 
+def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
+    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged statistics;
+    KL estimates and clip fraction carry no gradient."""
+    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(  # B3: states recomputed through the sequence
+        mb["obs"], mb["initial_state"], mb["dones"], mb["actions"]
+    )
+    logratio = newlogprob - mb["logprobs"]
+    with torch.no_grad():
+        ratio = logratio.exp()
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
+    v_loss = value_loss(newvalue.view(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+    return loss, (pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac)
+
+
 def env_minibatches(num_steps, num_envs, num_minibatches):
     """B3: minibatches of whole env sequences: the envs are shuffled and split, each minibatch takes all steps of its
     envs. Yields (env indices, flat batch indices in time-major order)."""
@@ -585,35 +609,19 @@ def env_minibatches(num_steps, num_envs, num_minibatches):
         yield mb_env_inds, flat_inds[:, mb_env_inds].ravel()
 
 
-def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1):
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, loss_fn=ppo_loss):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch dict (obs, actions, logprobs, advantages,
-    returns, values, dones, and initial_state, the recurrent state at the rollout's start). Returns the logged
-    statistics as tensors (no device sync here, except for X3)."""
+    returns, values, dones, and initial_state, the recurrent state at the rollout's start). loss_fn: ppo_loss. Returns
+    the logged statistics as tensors (no device sync here, except for X3)."""
     clipfracs = []
     for epoch in range(args.update_epochs):
         for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
-            _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(  # B3: states recomputed through the sequence
-                batch["obs"][mb_inds],
-                batch["initial_state"][:, mb_env_inds],
-                batch["dones"][mb_inds],
-                batch["actions"][mb_inds],
+            mb = {key: value[mb_inds] for key, value in batch.items() if key != "initial_state"}
+            mb["initial_state"] = batch["initial_state"][:, mb_env_inds]
+            loss, (pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac) = loss_fn(
+                agent, mb, args, clip_coef, kl_beta
             )
-            logratio = newlogprob - batch["logprobs"][mb_inds]
-            with torch.no_grad():
-                ratio = logratio.exp()
-                old_approx_kl = (-logratio).mean()
-                approx_kl = ((ratio - 1) - logratio).mean()
-                clipfracs.append(((ratio - 1.0).abs() > clip_coef).float().mean())
-
-            mb_advantages = batch["advantages"][mb_inds]
-            if args.norm_adv:
-                mb_advantages = normalize_advantages(mb_advantages)  # G3
-            pg_loss = policy_loss(newlogprob, batch["logprobs"][mb_inds], mb_advantages, args.surrogate, clip_coef, kl_beta)
-            v_loss = value_loss(
-                newvalue.view(-1), batch["values"][mb_inds], batch["returns"][mb_inds], clip_coef, args.clip_vloss
-            )
-            entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+            clipfracs.append(clipfrac)
 
             optimizer.zero_grad()
             loss.backward()
@@ -629,9 +637,9 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # X3 (device sync)
             break
     return {
-        "value_loss": v_loss.detach(),
-        "policy_loss": pg_loss.detach(),
-        "entropy": entropy_loss.detach(),
+        "value_loss": v_loss,
+        "policy_loss": pg_loss,
+        "entropy": entropy_loss,
         "old_approx_kl": old_approx_kl,
         "approx_kl": approx_kl,
         "clipfrac": torch.stack(clipfracs).mean(),
@@ -688,6 +696,8 @@ def train(args: Args, stop_signals=()):
         args = replace(Args(**checkpoint["args"]), resume=args.resume)  # the run continues with its own flags
     check_args(args)
     rank, world_size, device = distributed_setup(args)  # X2
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
     run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     if world_size > 1:
         shared = [run_name]
@@ -729,7 +739,7 @@ def train(args: Args, stop_signals=()):
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run_name)
     agent = Agent(envs, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps)  # G11
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
     start_iteration, global_step, kl_beta = 1, 0, args.kl_beta
     if checkpoint is not None:
         agent.load_state_dict(checkpoint["model"])
@@ -756,6 +766,7 @@ def train(args: Args, stop_signals=()):
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
     start_time = last_print = time.time()
+    sps = 0  # env steps per second since the start (or the resume), over all ranks
     start_step, done_iteration, done_step = global_step, start_iteration - 1, global_step  # done_*: the last finished update
     episodic_returns, recent_returns, videos_logged = [], deque(maxlen=20), set()
     wandb_id = wandb.run.id if track else None
@@ -880,7 +891,7 @@ def train(args: Args, stop_signals=()):
         dist.destroy_process_group()
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
     rollout["initial_state"] = initial_state
-    return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout}
+    return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout, "sps": sps}
 
 
 def log_videos(run_name, logged):

@@ -89,6 +89,7 @@ BAD_INPUTS = [
     ("ppo_atari", ["--num-minibatches", "3"], "--num-minibatches"),
     ("ppo_atari", ["--vector-env", "envpool", "--capture-video"], "--vector-env sync"),
     ("ppo_atari", ["--eval-checkpoint", "corrupt.pt"], "--eval-checkpoint"),
+    ("ppo_atari", ["--torch-threads", "-1"], "--torch-threads"),
     ("ppo_rnn", ["--num-envs", "6", "--num-minibatches", "4"], "--num-envs"),
     ("ppo_rnn", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_rnn", ["--env-id", "CartPoleNoVelocity-v1", "--vector-env", "envpool"], "--vector-env"),
