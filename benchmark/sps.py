@@ -1,0 +1,137 @@
+"""Steps per second of each script against the ceiling its environments set: first the vector env of the run alone,
+stepped with random actions, then training with the same flags, in this one process. Prints a Markdown table.
+
+    python benchmark/sps.py                                   # the three scripts on their benchmark envs, 3 runs each
+    python benchmark/sps.py ppo_atari.py --runs 1 -- --vector-env envpool
+    python benchmark/sps.py --output benchmark/results/sps.md
+
+The env-only figure is what the rollout would reach if the agent cost nothing; training SPS / env-only SPS is the
+share of that ceiling the script keeps (the rest goes to the network, the update and the bookkeeping).
+"""
+
+import argparse
+import importlib.util
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import tyro
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARK_ENVS = {  # script: (env id, training steps per run)
+    "ppo_continuous_action.py": ("Hopper-v5", 61440),
+    "ppo_atari.py": ("BreakoutNoFrameskip-v4", 20480),
+    "ppo_rnn.py": ("BreakoutNoFrameskip-v4", 20480),
+}
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(Path(name).stem, ROOT / name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # tyro reads the Args docstrings through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+def env_only_sps(module, args, steps):
+    """Steps/s of the script's vector env (all its wrappers) under uniformly random actions."""
+    envs = module.make_envs(args, "sps")
+    envs.reset(seed=args.seed)
+    envs.action_space.seed(args.seed)
+    actions = [envs.action_space.sample() for _ in range(steps)]  # drawn up front: only the env is timed
+    start = time.perf_counter()
+    for action in actions:
+        envs.step(action)
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return steps * args.num_envs / elapsed
+
+
+def measure(script, env_id, total_timesteps, env_steps, runs, flags):
+    """Runs in a fresh process per script (see main), so that one script's torch settings (threads) stay its own."""
+    module = load_script(script)
+    args = tyro.cli(module.Args, args=["--env-id", env_id, "--total-timesteps", str(total_timesteps)] + flags)
+    rows = []
+    for run in range(runs):
+        env_sps = env_only_sps(module, args, env_steps // args.num_envs)
+        train_sps = module.train(args)["sps"]
+        rows.append((env_sps, train_sps))
+        print(f"{script} run {run + 1}/{runs}: env only {env_sps:.0f}, training {train_sps:.0f} SPS", file=sys.stderr)
+    env_sps = statistics.median(r[0] for r in rows)
+    train_sps = statistics.median(r[1] for r in rows)
+    return {
+        "script": script,
+        "env_id": env_id,
+        "flags": " ".join(flags),
+        "env_sps": env_sps,
+        "train_sps": train_sps,
+        "ratio": train_sps / env_sps,
+        "runs": ", ".join(f"{r[1]:.0f}" for r in rows),
+    }
+
+
+def table(results):
+    lines = [
+        "| script | env | flags | env-only SPS | training SPS | training / env-only | training SPS of each run |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['script']} | {r['env_id']} | {r['flags'] or '(defaults)'} | {r['env_sps']:.0f} | {r['train_sps']:.0f} "
+            f"| {r['ratio']:.0%} | {r['runs']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("scripts", nargs="*", default=list(BENCHMARK_ENVS), help="scripts to measure (default: all three)")
+    parser.add_argument("--env-id", help="override each script's benchmark env")
+    parser.add_argument("--total-timesteps", type=int, help="training steps per run (default: per script, see BENCHMARK_ENVS)")
+    parser.add_argument("--env-steps", type=int, default=20480, help="env-only steps per run, summed over the envs")
+    parser.add_argument("--runs", type=int, default=3, help="runs per script; the table shows the medians")
+    parser.add_argument("--output", help="also write the table, with the command and the machine, to this Markdown file")
+    parser.epilog = "Flags after -- go to every script, e.g. -- --vector-env envpool"
+    argv = sys.argv[1:] if argv is None else argv
+    own, flags = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    options = parser.parse_args(own)
+    for script in options.scripts:
+        if script not in BENCHMARK_ENVS:
+            parser.error(f"unknown script {script}; choose from {', '.join(BENCHMARK_ENVS)}")
+
+    results = []
+    workdir = os.getcwd()
+    spawn = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chdir(scratch)  # the runs' logs go to a scratch folder
+        try:
+            for script in options.scripts:
+                env_id, steps = BENCHMARK_ENVS[script]
+                job = (
+                    script,
+                    options.env_id or env_id,
+                    options.total_timesteps or steps,
+                    options.env_steps,
+                    options.runs,
+                    flags,
+                )
+                with spawn.Pool(1) as pool:
+                    results.append(pool.apply(measure, job))
+        finally:
+            os.chdir(workdir)
+    report = table(results)
+    print(report)
+    if options.output:
+        command = "python benchmark/sps.py " + " ".join(argv)
+        machine = f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), torch {torch.__version__}"
+        Path(options.output).write_text(f"`{command}`\n\n{machine}; medians of {options.runs} runs.\n\n{report}\n")
+
+
+if __name__ == "__main__":
+    main()
