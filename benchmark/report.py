@@ -1,0 +1,241 @@
+"""Summarizes a results folder written by benchmark/run.py: a Markdown table (mean +- std over seeds of each run's
+mean episodic return over its last 100 episodes, and SPS), learning curves as PNGs, an aggregate IQM with a bootstrap
+confidence interval (rliable) when several tasks are present, and, when a `default` variant is present, each
+variant's effect relative to it (the ablation table).
+
+    python benchmark/report.py benchmark/runs/mujoco --output benchmark/results/mujoco
+"""
+
+import argparse
+import shlex
+import sys
+import warnings
+from glob import glob
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+# Published scores beside ours, by env id: (score, source); SOURCES says where each number comes from.
+SOURCES = {
+    "PPO paper": "Schulman et al. 2017, Proximal Policy Optimization Algorithms, Table 6: PPO's mean return over the last "
+    "100 episodes after 10M steps (40M frames), 3 seeds",
+    "CleanRL": "CleanRL's ppo_continuous_action.py, a reproduction of openai/baselines ppo2, on MuJoCo v4 tasks at 1M steps "
+    "(vwxyzjn/cleanrl, docs/benchmark/ppo_continuous_action.md, tag pr-424); our v5 tasks differ from v4 in details",
+}
+REFERENCE_SCORES = {
+    "BeamRiderNoFrameskip-v4": (1590.0, "PPO paper"),
+    "BreakoutNoFrameskip-v4": (274.8, "PPO paper"),
+    "PongNoFrameskip-v4": (20.7, "PPO paper"),
+    "HalfCheetah-v5": (1442.64, "CleanRL"),
+    "Hopper-v5": (2382.86, "CleanRL"),
+    "Walker2d-v5": (2287.95, "CleanRL"),
+    "InvertedPendulum-v5": (963.09, "CleanRL"),
+}
+CURVE_POINTS = 100  # points of each learning curve on a common step grid
+
+
+def read_run(folder: Path):
+    """(steps, returns, sps) of one run folder (seed<k>), read from its TensorBoard event files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logdirs = sorted({str(Path(f).parent) for f in glob(str(folder / "runs" / "*" / "events.out.tfevents*"))})
+    if not logdirs:
+        return None
+    accumulator = EventAccumulator(logdirs[-1], size_guidance={"scalars": 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()["scalars"]
+    episodes = accumulator.Scalars("charts/episodic_return") if "charts/episodic_return" in tags else []
+    sps = accumulator.Scalars("charts/SPS")[-1].value if "charts/SPS" in tags else np.nan
+    return np.array([e.step for e in episodes]), np.array([e.value for e in episodes]), sps
+
+
+def load(root: Path, last: int):
+    """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, curve data."""
+    rows = []
+    for folder in sorted(root.glob("*/*/seed*")):
+        run = read_run(folder)
+        if run is None or len(run[0]) == 0:
+            print(f"skipped {folder}: no episodes logged", file=sys.stderr)
+            continue
+        steps, returns, sps = run
+        env_id, variant, seed = folder.parts[-3], folder.parts[-2], int(folder.name[len("seed") :])
+        rows.append(
+            {
+                "env_id": env_id,
+                "variant": variant,
+                "seed": seed,
+                "score": returns[-last:].mean(),
+                "sps": sps,
+                "steps": steps,
+                "returns": returns,
+            }
+        )
+    if not rows:
+        raise SystemExit(f"error: {root}: no runs with TensorBoard logs; point it at a folder written by benchmark/run.py")
+    return pd.DataFrame(rows)
+
+
+def mean_std(values):
+    return f"{np.mean(values):.1f} ± {np.std(values):.1f}" if len(values) > 1 else f"{np.mean(values):.1f}"
+
+
+def variant_order(variants):
+    return sorted(variants, key=lambda v: (v != "default", v))
+
+
+def score_table(runs: pd.DataFrame, last: int):
+    lines = [
+        f"| env | variant | seeds | return (mean of the last {last} episodes) | SPS | reference |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for env_id, env_runs in runs.groupby("env_id"):
+        reference = REFERENCE_SCORES.get(env_id)
+        for variant in variant_order(env_runs["variant"].unique()):
+            group = env_runs[env_runs["variant"] == variant]
+            ref = f"{reference[0]:g} ({reference[1]})" if reference and variant == "default" else ""
+            lines.append(
+                f"| {env_id} | {variant} | {len(group)} | {mean_std(group['score'])} | {group['sps'].mean():.0f} | {ref} |"
+            )
+    return "\n".join(lines)
+
+
+def ablation_table(runs: pd.DataFrame):
+    """Each variant against the default run of the same env: difference of the seed means, in % of the default."""
+    lines = [
+        "| env | variant | return | vs default | seeds better than the default's mean |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for env_id, env_runs in runs.groupby("env_id"):
+        default = env_runs[env_runs["variant"] == "default"]["score"]
+        if default.empty:
+            continue
+        base = default.mean()
+        for variant in variant_order(env_runs["variant"].unique()):
+            scores = env_runs[env_runs["variant"] == variant]["score"]
+            change = (scores.mean() - base) / abs(base) if base else np.nan
+            better = f"{(scores > base).sum()}/{len(scores)}"
+            lines.append(f"| {env_id} | {variant} | {mean_std(scores)} | {change:+.0%} | {better} |")
+    return "\n".join(lines)
+
+
+def curve(group: pd.DataFrame, grid):
+    """The seeds' learning curves on a common step grid: each seed's return averaged over a trailing window of
+    episodes, interpolated at the grid points it covers (NaN beyond its last episode)."""
+    curves = []
+    for steps, returns in zip(group["steps"], group["returns"]):
+        window = max(1, min(100, len(returns) // 10))
+        smoothed = pd.Series(returns).rolling(window, min_periods=1).mean().to_numpy()
+        values = np.interp(grid, steps, smoothed)
+        values[(grid < steps[0]) | (grid > steps[-1])] = np.nan
+        curves.append(values)
+    return np.array(curves)
+
+
+def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path):
+    """One panel if there is one variant; else one panel per variant with the default run drawn in grey behind it."""
+    variants = variant_order(env_runs["variant"].unique())
+    grid = np.linspace(0, max(s[-1] for s in env_runs["steps"]), CURVE_POINTS)
+    panels = variants if len(variants) == 1 or "default" not in variants else [v for v in variants if v != "default"]
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharex=True, sharey=True)
+    for ax, variant in zip(axes.flat, panels):
+        shown = [("default", "grey")] if variant != "default" and "default" in variants else []
+        for name, color in shown + [(variant, "tab:blue")]:
+            curves = curve(env_runs[env_runs["variant"] == name], grid)
+            with warnings.catch_warnings():  # grid points before a seed's first episode are NaN in every seed
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean, std = np.nanmean(curves, axis=0), np.nanstd(curves, axis=0)
+            ax.plot(grid, mean, color=color, label=f"{name} ({len(curves)} seeds)")
+            ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2)
+        if env_id in REFERENCE_SCORES:
+            ax.axhline(REFERENCE_SCORES[env_id][0], color="black", linestyle=":", linewidth=1, label="reference")
+        ax.set_title(variant if len(panels) > 1 else env_id, fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("env steps")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("episodic return")
+    fig.suptitle(f"{env_id}: mean ± std over seeds", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def aggregate_iqm(runs: pd.DataFrame):
+    """rliable's interquartile mean over (seed, task) of the scores normalized by the reference score, with a 95%
+    stratified-bootstrap confidence interval; only over tasks with a reference score and seeds present in all."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    lines = []
+    for variant in variant_order(runs["variant"].unique()):
+        group = runs[(runs["variant"] == variant) & runs["env_id"].isin(REFERENCE_SCORES)]
+        tasks = sorted(group["env_id"].unique())
+        seeds = sorted(set.intersection(*(set(group[group["env_id"] == t]["seed"]) for t in tasks))) if tasks else []
+        if len(tasks) < 2 or not seeds:
+            continue
+        scores = np.array(
+            [
+                [group[(group["env_id"] == t) & (group["seed"] == s)]["score"].iloc[0] / REFERENCE_SCORES[t][0] for t in tasks]
+                for s in seeds
+            ]
+        )
+        point, interval = rly.get_interval_estimates(
+            {variant: scores}, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000
+        )
+        low, high = interval[variant][:, 0]
+        lines.append(f"| {variant} | {', '.join(tasks)} | {len(seeds)} | {point[variant][0]:.2f} [{low:.2f}, {high:.2f}] |")
+    if not lines:
+        return ""
+    header = "| variant | tasks | seeds | IQM of return / reference [95% CI] |\n| --- | --- | ---: | ---: |\n"
+    return header + "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="a results folder written by benchmark/run.py")
+    parser.add_argument("--output", help="where README.md and the PNGs go (default: the results folder)")
+    parser.add_argument("--last", type=int, default=100, help="episodes at the end of each run that make its score")
+    options = parser.parse_args(argv)
+    root = Path(options.folder)
+    if not root.is_dir():
+        raise SystemExit(f"error: {root}: no such folder; pass the --out folder of benchmark/run.py")
+    output = Path(options.output or root)
+    output.mkdir(parents=True, exist_ok=True)
+    runs = load(root, options.last)
+
+    sections = [f"# Results: {root.name}\n"]
+    runner_command = root / "command.txt"  # written by benchmark/run.py
+    commands = (runner_command.read_text().strip().splitlines() if runner_command.exists() else []) + [
+        "python benchmark/report.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    ]
+    sections.append("Produced by:\n\n```bash\n" + "\n".join(commands) + "\n```\n")
+    sections.append("## Scores\n\n" + score_table(runs, options.last) + "\n")
+    iqm = aggregate_iqm(runs) if runs["env_id"].nunique() > 1 else ""
+    if iqm:
+        sections.append("## Aggregate over tasks (rliable)\n\n" + iqm + "\n")
+    if (runs["variant"] != "default").any() and (runs["variant"] == "default").any():
+        sections.append("## Each variant against the default\n\n" + ablation_table(runs) + "\n")
+    sections.append("## Learning curves\n")
+    for env_id, env_runs in runs.groupby("env_id"):
+        png = f"{env_id}.png"
+        plot_env(env_runs, env_id, output / png)
+        sections.append(f"![{env_id}]({png})\n")
+    used = sorted({source for env_id, (_, source) in REFERENCE_SCORES.items() if env_id in set(runs["env_id"])})
+    if used:
+        sections.append("## Reference scores\n\n" + "\n".join(f"- {name}: {SOURCES[name]}" for name in used) + "\n")
+    (output / "README.md").write_text("\n".join(sections))
+    print(f"wrote {output / 'README.md'} and {runs['env_id'].nunique()} PNGs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""Runs a matrix of training runs (script x env ids x variants x seeds) as local processes, or prints it for a cluster.
+
+    python benchmark/run.py --preset mujoco                       # the paper's 7 MuJoCo tasks, 1M steps, 3 seeds
+    python benchmark/run.py --preset ablation --env-ids InvertedPendulum-v5 --total-timesteps 50000 --seeds 1 2
+    python benchmark/run.py --script ppo_atari.py --env-ids PongNoFrameskip-v4 --seeds 1 2 \\
+        --variant default= --variant envpool="--vector-env envpool"
+    python benchmark/run.py --preset atari --print-commands       # one shell line per run
+    python benchmark/run.py --preset atari --slurm atari.sbatch   # a Slurm array job, one task per run
+
+Each run gets its own folder, <out>/<env id>/<variant>/seed<k>/, and runs there, so its TensorBoard logs land in
+<out>/<env id>/<variant>/seed<k>/runs/<run name>/; its output goes to output.log beside them. A run that exits cleanly
+leaves done.json (command, exit code, wall time), and later calls skip it: run the same command again after an
+interruption and only the unfinished runs start (those stopped by Ctrl-C continue from their checkpoint).
+Summarize the folder with benchmark/report.py.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from glob import glob
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ATARI_GAMES = ["PongNoFrameskip-v4", "BreakoutNoFrameskip-v4", "BeamRiderNoFrameskip-v4"]
+# the hyperparameters of the README's CartPoleNoVelocity command
+CARTPOLE_FLAGS = (
+    "--num-envs 8 --num-steps 32 --num-minibatches 1 --update-epochs 20 --learning-rate 1e-3 --gamma 0.98 "
+    "--gae-lambda 0.8 --ent-coef 0 --clip-coef 0.2"
+)
+PRESETS = {  # script, {env id: (steps, env-specific flags)}, seeds
+    "mujoco": (
+        "ppo_continuous_action.py",
+        {
+            env_id: (1_000_000, "")
+            for env_id in [
+                "HalfCheetah-v5",
+                "Hopper-v5",
+                "Walker2d-v5",
+                "Swimmer-v5",
+                "InvertedPendulum-v5",
+                "InvertedDoublePendulum-v5",
+                "Reacher-v5",
+            ]
+        },
+        [1, 2, 3],
+    ),
+    "atari": ("ppo_atari.py", {game: (10_000_000, "") for game in ATARI_GAMES}, [1, 2, 3]),
+    "rnn": (
+        "ppo_rnn.py",
+        {**{game: (10_000_000, "") for game in ATARI_GAMES}, "CartPoleNoVelocity-v1": (200_000, CARTPOLE_FLAGS)},
+        [1, 2, 3],
+    ),
+    "ablation": ("ppo_continuous_action.py", {"Hopper-v5": (1_000_000, "")}, [1, 2, 3]),
+}
+
+
+def ablations(script):
+    """The `ablation` preset's variants for a script: the defaults, then one run per detail of ../shared/DETAILS.md
+    with that detail turned off (or set to its non-reference value), named after its id. X2 is a launcher
+    (torchrun), not a flag, and is left out; G1 has several alternatives, the unclipped objective stands for them."""
+    continuous = script == "ppo_continuous_action.py"
+    rnn = script == "ppo_rnn.py"
+    common = [
+        ("G1-unclipped", "--surrogate unclipped"),
+        ("G2-no-gae", "--no-gae"),
+        ("G3-no-norm-adv", "--no-norm-adv"),
+        ("G4-no-clip-vloss", "--no-clip-vloss"),
+        ("G5-ent-coef", "--ent-coef 0.01" if continuous else "--ent-coef 0"),
+        ("G6-no-anneal-lr", "--no-anneal-lr"),
+        ("G7-full-batch", "--num-minibatches 1"),
+        ("G8-no-grad-clip", "--max-grad-norm 0"),
+        ("G9-no-ortho-init", "--no-ortho-init"),
+        # G10: the same batch from 8 envs instead of 1 (continuous), or from 1 env instead of 8 (Atari)
+        ("G10-num-envs", "--num-envs 8 --num-steps 256" if continuous else "--num-envs 1 --num-steps 1024"),
+        ("G11-adam-eps", "--adam-eps 1e-8"),
+    ]
+    if continuous:
+        specific = [
+            ("M1-no-norm-obs", "--no-norm-obs"),
+            ("M2-no-clip-obs", "--clip-obs 0"),
+            ("M3-no-norm-reward", "--no-norm-reward"),
+            ("M4-no-clip-reward", "--clip-reward 0"),
+            ("M5-state-dependent-std", "--state-dependent-std"),
+            ("M6-relu", "--activation relu"),
+            ("M7-shared-network", "--shared-network"),
+            ("M8-no-clip-action", "--no-clip-action"),
+        ]
+    else:
+        specific = [
+            ("A1-no-noop", "--noop-max 0"),
+            ("A2-no-fire-reset", "--no-fire-reset"),
+            ("A3-no-episodic-life", "--no-episodic-life"),
+            ("A4-no-frame-skip", "--frame-skip 1"),
+            ("A5-no-warp-frame", "--no-warp-frame"),
+            ("A6-frame-stack", "--frame-stack 4" if rnn else "--frame-stack 1"),
+            ("A7-no-clip-reward", "--no-clip-reward-sign"),
+            ("A8-no-scale-obs", "--no-scale-obs"),
+            ("A9-tanh", "--activation tanh"),
+            ("A10-separate-networks", "--no-shared-network"),
+        ]
+    auxiliary = [
+        ("X1-anneal-clip-coef", "--anneal-clip-coef"),
+        ("X3-target-kl", "--target-kl 0.015"),
+        ("B1-bootstrap-truncated", "--bootstrap-truncated"),
+    ]
+    if rnn:
+        auxiliary.append(("B2-gru", "--rnn gru"))
+    return {"default": "", **dict(common + specific + auxiliary)}
+
+
+@dataclass
+class Run:
+    script: str
+    env_id: str
+    variant: str
+    seed: int
+    total_timesteps: int
+    flags: list = field(default_factory=list)  # env flags, --flags, then the variant's
+
+    def folder(self, out: Path) -> Path:
+        return out / self.env_id / self.variant / f"seed{self.seed}"
+
+    def command(self):
+        return [
+            sys.executable,
+            str(ROOT / self.script),
+            "--env-id",
+            self.env_id,
+            "--seed",
+            str(self.seed),
+            "--total-timesteps",
+            str(self.total_timesteps),
+            *self.flags,
+        ]
+
+
+def build_matrix(options):
+    """The runs of the preset, with the command line's choices taking precedence."""
+    script, envs, seeds = PRESETS[options.preset] if options.preset else (None, {}, [1])
+    script = options.script or script
+    if script is None:
+        raise SystemExit("error: pass --preset or --script")
+    if not (ROOT / script).is_file():
+        raise SystemExit(
+            f"error: --script {script}: no such script; choose ppo_continuous_action.py, ppo_atari.py or ppo_rnn.py"
+        )
+    if options.env_ids:
+        envs = {env_id: envs.get(env_id, (None, "")) for env_id in options.env_ids}
+    if not envs:
+        raise SystemExit("error: no env ids; pass --env-ids")
+    seeds = options.seeds or seeds
+    if options.variant:
+        variants = {}
+        for spec in options.variant:
+            name, sep, flags = spec.partition("=")
+            if not sep or not name or "/" in name:
+                raise SystemExit(f"error: --variant {spec}: write NAME=FLAGS, e.g. --variant no-gae=--no-gae")
+            variants[name] = flags
+    elif options.preset == "ablation":
+        variants = ablations(script)
+    else:
+        variants = {"default": ""}
+    runs = []
+    for env_id, (steps, env_flags) in envs.items():
+        total = options.total_timesteps or steps
+        if total is None:
+            raise SystemExit(f"error: no step count for {env_id}; pass --total-timesteps")
+        for name, variant_flags in variants.items():
+            for seed in seeds:
+                flags = shlex.split(env_flags) + shlex.split(options.flags) + shlex.split(variant_flags)
+                runs.append(Run(script, env_id, name, seed, total, flags))
+    return runs
+
+
+def checkpoint_of(folder: Path):
+    found = sorted(glob(str(folder / "runs" / "*" / "agent.pt")))
+    return found[-1] if found else None
+
+
+def execute(run: Run, out: Path, stopping: threading.Event):
+    """Runs one training process in its folder; writes done.json when it completed. Returns (run, seconds, ok)."""
+    folder = run.folder(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    command = run.command()
+    checkpoint = checkpoint_of(folder)
+    if checkpoint:  # interrupted earlier: continue it (--resume takes the run's own flags)
+        command = [sys.executable, str(ROOT / run.script), "--resume", checkpoint]
+    elif (folder / "runs").exists():
+        shutil.rmtree(folder / "runs")  # a run that died without a checkpoint starts over
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    env.setdefault("WANDB_MODE", "offline")
+    start = time.time()
+    with open(folder / "output.log", "a") as log:
+        log.write(f"$ {shlex.join(command)}\n")
+        log.flush()
+        returncode = subprocess.call(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env)
+    seconds = time.time() - start
+    ok = returncode == 0 and not stopping.is_set()  # a run stopped by Ctrl-C exits 0 after saving a checkpoint
+    if ok:
+        record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
+        (folder / "done.json").write_text(json.dumps(record, indent=1) + "\n")
+    return run, seconds, ok
+
+
+def slurm_script(options, argv, count):
+    """A Slurm array job whose task i runs the i-th run of the matrix through this program (so skipping still works)."""
+    arguments = [a for a in argv if a != "--slurm" and a != options.slurm]
+    runner = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
+    return (
+        "#!/bin/bash\n"
+        f"#SBATCH --job-name=ppo-{options.preset or Path(options.script).stem}\n"
+        f"#SBATCH --array=0-{count - 1}\n"
+        "#SBATCH --cpus-per-task=2\n"
+        "#SBATCH --mem=8G\n"
+        f"#SBATCH --output={options.out}/slurm-%A_%a.log\n"
+        f"{runner} --workers 1 --index $SLURM_ARRAY_TASK_ID\n"
+    )
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--preset", choices=list(PRESETS), help="a predefined matrix; the options below override it")
+    parser.add_argument("--script", help="ppo_continuous_action.py, ppo_atari.py or ppo_rnn.py")
+    parser.add_argument("--env-ids", nargs="+", help="environment ids")
+    parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's, or 1)")
+    parser.add_argument("--total-timesteps", type=int, help="steps of every run (default: the preset's per env)")
+    parser.add_argument(
+        "--flags",
+        default="",
+        help='flags for every run, e.g. --flags "--vector-env envpool" (one flag alone: --flags=--no-gae)',
+    )
+    parser.add_argument("--variant", action="append", help="NAME=FLAGS, repeatable, e.g. --variant no-gae=--no-gae")
+    parser.add_argument("--out", help="results folder (default: benchmark/runs/<preset or script name>)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="runs at the same time (default: the CPUs)")
+    parser.add_argument("--index", type=int, help="run only the run with this index in the matrix (for array jobs)")
+    parser.add_argument("--print-commands", action="store_true", help="print one shell line per unfinished run and exit")
+    parser.add_argument("--slurm", metavar="FILE", help="write a Slurm array job script running the matrix and exit")
+    options = parser.parse_args(argv)
+    if options.workers < 1:
+        parser.error(f"--workers {options.workers}: pass 1 or more")
+    options.out = options.out or str(ROOT / "benchmark" / "runs" / (options.preset or Path(options.script or "runs").stem))
+    out = Path(options.out).resolve()
+    runs = build_matrix(options)
+    if options.slurm:
+        Path(options.slurm).write_text(slurm_script(options, argv, len(runs)))
+        print(f"wrote {options.slurm}: {len(runs)} array tasks; submit with: sbatch {options.slurm}")
+        return
+    if options.index is not None:
+        if not 0 <= options.index < len(runs):
+            parser.error(f"--index {options.index}: the matrix has runs 0..{len(runs) - 1}")
+        runs = [runs[options.index]]
+    todo = [run for run in runs if not (run.folder(out) / "done.json").exists()]
+    if options.print_commands:
+        for run in todo:
+            print(f"cd {shlex.quote(str(run.folder(out)))} && {shlex.join(run.command())}")
+        return
+
+    out.mkdir(parents=True, exist_ok=True)
+    record, command = out / "command.txt", "python benchmark/run.py " + shlex.join(argv)  # read by benchmark/report.py
+    previous = record.read_text().splitlines() if record.exists() else []
+    if command not in previous:
+        record.write_text("\n".join(previous + [command]) + "\n")
+    print(f"{len(runs)} runs in {out}: {len(runs) - len(todo)} already done, {len(todo)} to run on {options.workers} workers")
+    stopping, finished, failed, durations = threading.Event(), 0, [], []
+    start = time.time()
+    with ThreadPoolExecutor(max_workers=options.workers) as pool:
+        futures = [pool.submit(execute, run, out, stopping) for run in todo]
+        try:
+            for future in as_completed(futures):
+                run, seconds, ok = future.result()
+                finished += 1
+                durations.append(seconds)
+                if not ok and not stopping.is_set():
+                    failed.append(run)
+                remaining = len(todo) - finished
+                eta = (time.time() - start) / finished * remaining
+                status = "done" if ok else f"FAILED (see {run.folder(out) / 'output.log'})"
+                print(
+                    f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {status} in {seconds:.0f} s; "
+                    f"about {eta / 60:.0f} min left",
+                    flush=True,
+                )
+        except KeyboardInterrupt:  # the training processes got the Ctrl-C too: they save a checkpoint and exit
+            stopping.set()
+            for future in futures:
+                future.cancel()
+            print("interrupted; run the same command again to continue the unfinished runs", flush=True)
+            raise SystemExit(130)
+    if failed:
+        raise SystemExit(f"error: {len(failed)} of {len(todo)} runs failed; their output.log says why")
+    print(f"all {len(runs)} runs done; summarize them with: python benchmark/report.py {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""benchmark/: the runner on a tiny matrix (layout, skipping finished runs, commands, Slurm script), the report built
+from its logs (table, PNG, aggregate IQM), the ablation preset against ../shared/DETAILS.md, and benchmark/sps.py."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import tyro
+from conftest import ROOT, load_script
+from scipy.stats import trim_mean
+from test_cli import DETAILS, contract_flags
+
+sys.path.insert(0, str(ROOT / "benchmark"))
+import report  # noqa: E402
+import run  # noqa: E402
+
+TINY = ["--script", "ppo_continuous_action.py", "--env-ids", "InvertedPendulum-v5", "--seeds", "1", "2"]
+TINY += ["--total-timesteps", "2048"]
+
+
+def runner(*args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Two 2k-step runs on two workers, then the same command again."""
+    out = tmp_path_factory.mktemp("bench") / "tiny"
+    first = runner(*TINY, "--workers", "2", "--out", str(out))
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/done.json")}
+    second = runner(*TINY, "--workers", "2", "--out", str(out))
+    return out, first, second, stamps
+
+
+def test_runner_writes_one_folder_per_run_with_logs(tiny):
+    out, first, _, _ = tiny
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "[2/2]" in first.stdout
+    for seed in (1, 2):
+        folder = out / "InvertedPendulum-v5" / "default" / f"seed{seed}"
+        record = json.loads((folder / "done.json").read_text())
+        assert record["returncode"] == 0 and f"--seed {seed}" in record["command"]
+        assert len(list(folder.glob("runs/*/events.out.tfevents*"))) == 1
+        assert "step 2048/2048" in (folder / "output.log").read_text()
+
+
+def test_runner_skips_finished_runs(tiny):
+    out, _, second, stamps = tiny
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "2 already done, 0 to run" in second.stdout
+    assert len(stamps) == 2 and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+
+
+def test_runner_prints_commands_and_writes_a_slurm_array(tmp_path):
+    printed = runner(*TINY, "--out", str(tmp_path / "x"), "--print-commands")
+    lines = printed.stdout.strip().splitlines()
+    assert printed.returncode == 0 and len(lines) == 2
+    assert all(line.startswith("cd ") and "InvertedPendulum-v5" in line for line in lines)
+    assert "--seed 1" in lines[0] and "--seed 2" in lines[1]
+    assert not (tmp_path / "x").exists()  # printing runs nothing
+
+    job = tmp_path / "job.sbatch"
+    written = runner(*TINY, "--out", str(tmp_path / "x"), "--slurm", str(job))
+    text = job.read_text()
+    assert written.returncode == 0 and "#SBATCH --array=0-1" in text
+    assert "--index $SLURM_ARRAY_TASK_ID" in text and "--slurm" not in text
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--variant", "no-equals-sign"], "--variant"),
+        (["--index", "9"], "--index"),
+        (["--script", "ppo_missing.py"], "--script"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
+def test_runner_bad_input_is_one_line(tmp_path, args, flag):
+    result = runner(*TINY, "--out", str(tmp_path / "x"), *args)
+    assert result.returncode != 0
+    message = result.stderr.strip().splitlines()[-1]
+    assert flag in message and "Traceback" not in result.stderr
+
+
+def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
+    out = tiny[0]
+    built = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(out), "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    text = (tmp_path / "README.md").read_text()
+    png = (tmp_path / "InvertedPendulum-v5.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+    assert "python benchmark/run.py" in text  # the runner's command is recorded
+    row = next(line for line in text.splitlines() if line.startswith("| InvertedPendulum-v5 | default |"))
+    reported = float(re.search(r"\| 2 \| ([-0-9.]+) ± ([0-9.]+) \|", row).group(1))
+
+    # the same score read independently: the raw event records, last 100 episodes per seed, mean over seeds
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    scores = []
+    for events in sorted(out.glob("InvertedPendulum-v5/default/seed*/runs/*/events.out.tfevents*")):
+        returns = [
+            value.tensor.float_val[0] if value.HasField("tensor") else value.simple_value
+            for event in EventFileLoader(str(events)).Load()
+            for value in event.summary.value
+            if value.tag == "charts/episodic_return"
+        ]
+        scores.append(np.mean(returns[-100:]))
+    assert reported == pytest.approx(np.mean(scores), abs=0.06)
+
+
+def test_aggregate_iqm_is_the_trimmed_mean_of_normalized_scores():
+    rng = np.random.default_rng(0)
+    tasks = ["Hopper-v5", "HalfCheetah-v5", "InvertedPendulum-v5"]
+    rows = [
+        {"env_id": t, "variant": "default", "seed": s, "score": rng.uniform(0, 2) * report.REFERENCE_SCORES[t][0]}
+        for t in tasks
+        for s in range(4)
+    ]
+    runs = pd.DataFrame(rows)
+    normalized = [r["score"] / report.REFERENCE_SCORES[r["env_id"]][0] for r in rows]
+    line = report.aggregate_iqm(runs).splitlines()[-1]
+    point, low, high = (float(x) for x in re.search(r"\| ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] \|$", line).groups())
+    assert point == pytest.approx(trim_mean(normalized, 0.25), abs=0.005)
+    assert low <= point <= high
+
+
+@pytest.mark.skipif(not DETAILS.exists(), reason="needs ../shared/DETAILS.md")
+@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn"])
+def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
+    module = load_script(name)
+    variants = run.ablations(f"{name}.py")
+    default = module.Args()
+    covered = set()
+    for variant, flags in variants.items():
+        args = tyro.cli(module.Args, args=flags.split())
+        if variant == "default":
+            assert args == default
+            continue
+        assert args != default, variant  # the variant changes something
+        covered.add(variant.split("-")[0])
+    expected = {detail for _, detail in contract_flags(name) if detail is not None and not detail.startswith("B3")}
+    assert covered == expected
+
+
+def test_sps_measures_env_only_and_training(tmp_path):
+    import sps  # from benchmark/, on the path above
+
+    output = tmp_path / "sps.md"
+    sps.main(
+        ["ppo_continuous_action.py", "--env-id", "InvertedPendulum-v5", "--total-timesteps", "4096", "--runs", "1"]
+        + ["--env-steps", "512", "--output", str(output)]
+    )
+    row = output.read_text().strip().splitlines()[-1]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    env_sps, train_sps, ratio = float(cells[3]), float(cells[4]), float(cells[5].rstrip("%")) / 100
+    assert env_sps > 0 and train_sps > 0
+    assert ratio == pytest.approx(train_sps / env_sps, abs=0.01)
