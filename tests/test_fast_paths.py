@@ -35,12 +35,21 @@ def assert_same_update(first, second, atol, param_atol=None):
             torch.testing.assert_close(a, b, atol=param_atol, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari"])
-def test_compiled_loss_gives_the_plain_update(name):
-    script = load_script(name)
-    args = script.Args(num_envs=1, num_steps=256, num_minibatches=4, update_epochs=2)
+@pytest.fixture(params=["ppo_continuous_action", "ppo_atari"])
+def case(request):
+    """(script, args, agent, batch): a batch of 256 samples, 2 epochs of 4 minibatches."""
+    script = load_script(request.param)
     agent = make_agent(script)
-    batch = fixed_batch(script, agent, n=256)
+    return (
+        script,
+        script.Args(num_envs=1, num_steps=256, num_minibatches=4, update_epochs=2),
+        agent,
+        fixed_batch(script, agent, n=256),
+    )
+
+
+def test_compiled_loss_gives_the_plain_update(case):
+    script, args, agent, batch = case
     compiled = script.compiled(script.ppo_loss, torch.device("cpu"))
     assert compiled is not script.ppo_loss  # this machine has a C++ compiler, so the compiled path is really taken
 
@@ -66,12 +75,8 @@ def test_compiled_loss_gives_the_plain_update(name):
     assert_same_update(plain, fast, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari"])
-def test_fused_adam_gives_the_for_loop_adam_update(name):
-    script = load_script(name)
-    args = script.Args(num_envs=1, num_steps=256, num_minibatches=4, update_epochs=2)
-    agent = make_agent(script)
-    batch = fixed_batch(script, agent, n=256)
+def test_fused_adam_gives_the_for_loop_adam_update(case):
+    script, args, agent, batch = case
     assert_same_update(
         run_update(script, copy.deepcopy(agent), batch, args, fused=False),
         run_update(script, copy.deepcopy(agent), batch, args, fused=True),
