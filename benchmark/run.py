@@ -271,7 +271,6 @@ def main(argv=None):
         record.write_text("\n".join(previous + [command]) + "\n")
     print(f"{len(runs)} runs in {out}: {len(runs) - len(todo)} already done, {len(todo)} to run on {options.workers} workers")
     stopping, finished, failed, durations = threading.Event(), 0, [], []
-    start = time.time()
     with ThreadPoolExecutor(max_workers=options.workers) as pool:
         futures = [pool.submit(execute, run, out, stopping) for run in todo]
         try:
@@ -282,7 +281,7 @@ def main(argv=None):
                 if not ok and not stopping.is_set():
                     failed.append(run)
                 remaining = len(todo) - finished
-                eta = (time.time() - start) / finished * remaining
+                eta = sum(durations) / len(durations) * -(-remaining // options.workers)  # rounds of runs still to come
                 status = "done" if ok else f"FAILED (see {run.folder(out) / 'output.log'})"
                 print(
                     f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {status} in {seconds:.0f} s; "
