@@ -2,9 +2,12 @@
 from its logs (table, PNG, aggregate IQM), the ablation preset against ../shared/DETAILS.md, and benchmark/sps.py."""
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -166,3 +169,26 @@ def test_sps_measures_env_only_and_training(tmp_path):
     env_sps, train_sps, ratio = float(cells[3]), float(cells[4]), float(cells[5].rstrip("%")) / 100
     assert env_sps > 0 and train_sps > 0
     assert ratio == pytest.approx(train_sps / env_sps, abs=0.01)
+
+
+def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
+    out = tmp_path / "x"
+    args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
+    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "16384", "--flags=--checkpoint-interval=1"]
+    args += ["--out", str(out), "--workers", "1"]
+    runner_process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    folder = out / "InvertedPendulum-v5" / "default" / "seed1"
+    deadline = time.time() + 300
+    while not list(folder.glob("runs/*/agent.pt")) and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(runner_process.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the runner and its runs
+    stdout, _ = runner_process.communicate(timeout=300)
+    assert runner_process.returncode == 130 and "interrupted" in stdout
+    assert not (folder / "done.json").exists()
+    assert "stopped by a signal" in (folder / "output.log").read_text()
+
+    again = runner(*args[2:])
+    log = (folder / "output.log").read_text()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "--resume" in log and "resumed" in log and "step 16384/16384" in log
+    assert (folder / "done.json").exists() and len(list(folder.glob("runs/*"))) == 1
