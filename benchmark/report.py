@@ -84,14 +84,18 @@ def mean_std(values):
     return f"{np.mean(values):.1f} ± {np.std(values):.1f}" if len(values) > 1 else f"{np.mean(values):.1f}"
 
 
+def per_seed(group):
+    return ", ".join(f"{score:.0f} (seed {seed})" for seed, score in sorted(zip(group["seed"], group["score"])))
+
+
 def variant_order(variants):
     return sorted(variants, key=lambda v: (v != "default", v))
 
 
 def score_table(runs: pd.DataFrame, last: int):
     lines = [
-        f"| env | variant | seeds | return (mean of the last {last} episodes) | SPS | reference |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        f"| env | variant | seeds | return (mean of the last {last} episodes) | per seed | SPS | reference |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: |",
     ]
     for env_id, env_runs in runs.groupby("env_id"):
         reference = REFERENCE_SCORES.get(env_id)
@@ -99,7 +103,8 @@ def score_table(runs: pd.DataFrame, last: int):
             group = env_runs[env_runs["variant"] == variant]
             ref = f"{reference[0]:g} ({reference[1]})" if reference and variant == "default" else ""
             lines.append(
-                f"| {env_id} | {variant} | {len(group)} | {mean_std(group['score'])} | {group['sps'].mean():.0f} | {ref} |"
+                f"| {env_id} | {variant} | {len(group)} | {mean_std(group['score'])} | {per_seed(group)} "
+                f"| {group['sps'].mean():.0f} | {ref} |"
             )
     return "\n".join(lines)
 
