@@ -7,6 +7,7 @@ variant's effect relative to it (the ablation table).
 """
 
 import argparse
+import re
 import shlex
 import sys
 import warnings
@@ -89,7 +90,8 @@ def per_seed(group):
 
 
 def variant_order(variants):
-    return sorted(variants, key=lambda v: (v != "default", v))
+    """default first, then by name with numbers in numeric order (G2 before G10)."""
+    return sorted(variants, key=lambda v: (v != "default", [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", v)]))
 
 
 def score_table(runs: pd.DataFrame, last: int):
@@ -170,7 +172,7 @@ def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path):
     for ax in axes[:, 0]:
         ax.set_ylabel("episodic return")
     fig.suptitle(f"{env_id}: mean ± std over seeds", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.96))  # room for the title
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
