@@ -212,7 +212,7 @@ def execute(run: Run, out: Path, stopping: threading.Event):
 
 def slurm_script(options, argv, count):
     """A Slurm array job whose task i runs the i-th run of the matrix through this program (so skipping still works)."""
-    arguments = [a for a in argv if a != "--slurm" and a != options.slurm]
+    arguments = [a for a in argv if a not in ("--slurm", options.slurm) and not a.startswith("--slurm=")]
     runner = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
     return (
         "#!/bin/bash\n"

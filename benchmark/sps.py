@@ -53,10 +53,21 @@ def env_only_sps(module, args, steps):
     return steps * args.num_envs / elapsed
 
 
-def measure(script, env_id, total_timesteps, env_steps, runs, flags):
-    """Runs in a fresh process per script (see main), so that one script's torch settings (threads) stay its own."""
+def script_args(script, env_id, total_timesteps, flags):
+    """The script and its Args for a measurement; a bad flag or env id ends here with the script's own one-line error
+    (tyro's for an unknown flag, the script's check_args for the rest)."""
     module = load_script(script)
     args = tyro.cli(module.Args, args=["--env-id", env_id, "--total-timesteps", str(total_timesteps)] + flags)
+    try:
+        module.check_args(args)
+    except module.ArgError as e:
+        raise SystemExit(f"error: {script}: {e}") from None
+    return module, args
+
+
+def measure(script, env_id, total_timesteps, env_steps, runs, flags):
+    """Runs in a fresh process per script (see main), so that one script's torch settings (threads) stay its own."""
+    module, args = script_args(script, env_id, total_timesteps, flags)
     rows = []
     for run in range(runs):
         env_sps = env_only_sps(module, args, env_steps // args.num_envs)
@@ -104,6 +115,15 @@ def main(argv=None):
     for script in options.scripts:
         if script not in BENCHMARK_ENVS:
             parser.error(f"unknown script {script}; choose from {', '.join(BENCHMARK_ENVS)}")
+    for flag in ("runs", "env_steps"):
+        if getattr(options, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} {getattr(options, flag)}: pass 1 or more")
+    jobs = []
+    for script in options.scripts:  # flags checked here, before any measurement, so a mistake costs no waiting
+        env_id, steps = BENCHMARK_ENVS[script]
+        job = (script, options.env_id or env_id, options.total_timesteps or steps)
+        script_args(*job, flags)
+        jobs.append(job + (options.env_steps, options.runs, flags))
 
     results = []
     workdir = os.getcwd()
@@ -111,16 +131,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)  # the runs' logs go to a scratch folder
         try:
-            for script in options.scripts:
-                env_id, steps = BENCHMARK_ENVS[script]
-                job = (
-                    script,
-                    options.env_id or env_id,
-                    options.total_timesteps or steps,
-                    options.env_steps,
-                    options.runs,
-                    flags,
-                )
+            for job in jobs:
                 with spawn.Pool(1) as pool:
                     results.append(pool.apply(measure, job))
         finally:

@@ -192,3 +192,21 @@ def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "--resume" in log and "resumed" in log and "step 16384/16384" in log
     assert (folder / "done.json").exists() and len(list(folder.glob("runs/*"))) == 1
+
+
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["--env-id", "NoSuch-v0"], "--env-id"),
+        (["ppo_atari.py", "--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
+        (["ppo_continuous_action.py", "--", "--num-minibatches", "7"], "--num-minibatches"),
+        (["--runs", "0"], "--runs"),
+    ],
+)
+def test_sps_bad_input_is_one_line_before_anything_runs(tmp_path, args, named):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "sps.py"), *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    message = [line for line in result.stderr.splitlines() if "error" in line][-1]
+    assert named in message and "run 1/" not in result.stderr  # nothing was measured
