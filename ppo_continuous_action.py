@@ -1,32 +1,25 @@
 """PPO for continuous actions (MuJoCo through gymnasium): a Gaussian MLP actor-critic with the reference's normalization
 wrappers. Every general (G1-G11), MuJoCo (M1-M8), auxiliary (X1, X3) and truncation (B1) detail is a flag; the defaults
-reproduce the reference implementation (openai/baselines ppo2) and the paper's Table 3.
+reproduce the reference implementation (openai/baselines ppo2) and the paper's Table 3. What is not PPO (checkpoints,
+logging, torchrun, flag checks, evaluation) is in run_plumbing.py.
 
     python ppo_continuous_action.py --env-id Hopper-v5 --total-timesteps 1000000
 """
 
-import math
 import os
 import random
-import shutil
-import signal
-import sys
-import time
-from collections import deque
-from dataclasses import asdict, dataclass, replace
-from glob import glob
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import tyro
 from gymnasium.vector import AutoresetMode
-from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
-from torch.utils.tensorboard import SummaryWriter
+
+from run_plumbing import NormalizeObservation, Run, all_ranks_mean, average_gradients, compiled, main
 
 
 @dataclass
@@ -137,6 +130,10 @@ class Args:
     bootstrap_truncated: bool = False
     """(B1) when the time limit truncates an episode, add gamma * V(final observation) to its last reward; off (the reference): truncation is treated as termination"""
 
+    script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
+    env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
+    minibatch_unit: ClassVar[str] = "batch_size"  # --num-minibatches must divide this
+
     @property
     def batch_size(self) -> int:
         return self.num_envs * self.num_steps
@@ -145,102 +142,11 @@ class Args:
     def minibatch_size(self) -> int:
         return self.batch_size // self.num_minibatches
 
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.batch_size
-
-
-class ArgError(ValueError):
-    """A bad command line: the message names the flag and the fix."""
-
-
-class NonFiniteError(RuntimeError):
-    """Training produced a NaN or infinity: the message names the update and the last good checkpoint."""
-
-
-def compiled(fn, device):
-    """--compile: torch.compile(fn), or fn itself where inductor has nothing to build with (a C++ compiler on CPUs)."""
-    if device.type == "cpu" and shutil.which(os.environ.get("CXX", "g++")) is None:
-        print("warning: --compile needs a C++ compiler (g++) on a CPU; running without compiling", file=sys.stderr)
-        return fn
-    torch._dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly instead of failing the run
-    return torch.compile(fn)
-
-
-def distributed_setup(args: Args):
-    """X2: under torchrun (which sets RANK, WORLD_SIZE and LOCAL_RANK) joins the process group, gloo on CPUs, NCCL on
-    GPUs with rank r on GPU LOCAL_RANK of its node; a plain run is rank 0 of 1. Returns (rank, world_size, device)."""
-    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    use_cuda = torch.cuda.is_available() and args.cuda
-    device = torch.device(f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if use_cuda else "cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    if world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if use_cuda else "gloo"
-        try:
-            dist.init_process_group(backend, rank=rank, world_size=world_size)
-        except Exception as e:
-            raise ArgError(
-                f"torchrun: the {backend} backend did not start ({type(e).__name__}: {e}); check --nnodes, --node-rank and "
-                "--rdzv-endpoint"
-            ) from None
-    return rank, world_size, device
-
-
-def all_ranks_mean(tensor, world_size):
-    """X2: the mean of `tensor` over all ranks, in place; a single process keeps it as it is."""
-    if world_size > 1:
-        dist.all_reduce(tensor)
-        tensor /= world_size
-    return tensor
-
-
-def stop_requested(stop_signals, world_size, device):
-    """Whether any rank has received SIGINT or SIGTERM, so that all ranks stop at the same step."""
-    if world_size == 1:
-        return bool(stop_signals)
-    return all_ranks_mean(torch.tensor(float(bool(stop_signals)), device=device), world_size).item() > 0  # device sync
-
-
-def check_args(args: Args) -> None:
-    """Validates the flags and the env id before anything starts; raises ArgError with a one-line message."""
-    for flag in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "eval_episodes"):
-        if getattr(args, flag) <= 0:
-            raise ArgError(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
-    if args.batch_size % args.num_minibatches:
-        raise ArgError(
-            f"--num-minibatches {args.num_minibatches} does not divide the batch of --num-envs {args.num_envs} x "
-            f"--num-steps {args.num_steps} = {args.batch_size}; choose a divisor of {args.batch_size}"
-        )
-    if args.total_timesteps < args.batch_size:
-        raise ArgError(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size}); raise it")
-    if args.torch_threads < 0:
-        raise ArgError(f"--torch-threads {args.torch_threads}: pass a positive count, or 0 for torch's default")
-    if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
-        raise ArgError("--gamma and --gae-lambda must lie in [0, 1]")
-    try:
-        gym.spec(args.env_id)
-    except gym.error.Error:
-        hint = "register it or pick one of gymnasium.envs.registry, e.g. Hopper-v5"
-        if "NoFrameskip" in args.env_id or args.env_id.startswith("ALE/"):
-            hint = "it is an Atari game: use ppo_atari.py"
-        raise ArgError(f"--env-id {args.env_id} is not a registered gymnasium environment; {hint}") from None
-    try:
-        env = gym.make(args.env_id)
-    except gym.error.Error as e:
-        raise ArgError(f"--env-id {args.env_id} cannot be created: {e}") from None
-    action_space = env.action_space
-    env.close()
-    if not isinstance(action_space, gym.spaces.Box):
-        raise ArgError(
-            f"--env-id {args.env_id} has a {type(action_space).__name__} action space; this script needs a continuous "
-            "(Box) one: use ppo_atari.py or ppo_rnn.py for discrete actions"
-        )
-
 
 def make_env(args: Args, idx: int, run_name: str):
     def thunk():
         if args.capture_video and idx == 0:
+            os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
             env = gym.make(args.env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
@@ -249,42 +155,6 @@ def make_env(args: Args, idx: int, run_name: str):
         return env
 
     return thunk
-
-
-class NormalizeObservation(gym.vector.VectorWrapper):
-    """M1 and M2 as the reference's VecNormalize does them: one running mean/variance shared by all envs, updated with
-    each batch of observations the agent sees, then clipping. gymnasium's own vector NormalizeObservation refuses the
-    SAME_STEP autoreset used here, and would leave infos["final_obs"] unnormalized: this one normalizes it with the
-    same statistics (without counting it, as the reference never sees it), so that B1 bootstraps from what the value
-    network was trained on."""
-
-    def __init__(self, env: gym.vector.VectorEnv, clip: float, epsilon: float = 1e-8):
-        super().__init__(env)
-        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, env.single_observation_space.shape, np.float32)
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
-        self.obs_rms = RunningMeanStd(shape=env.single_observation_space.shape)
-        self.clip, self.epsilon, self.update_running_mean = clip, epsilon, True
-
-    def normalize(self, obs):
-        obs = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
-        return (np.clip(obs, -self.clip, self.clip) if self.clip > 0 else obs).astype(np.float32)  # M2
-
-    def reset(self, **kwargs):
-        obs, infos = self.env.reset(**kwargs)
-        if self.update_running_mean:
-            self.obs_rms.update(obs)
-        return self.normalize(obs), infos
-
-    def step(self, actions):
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        if self.update_running_mean:
-            self.obs_rms.update(obs)
-        if "final_obs" in infos:
-            final_obs = infos["final_obs"].copy()
-            for i in np.flatnonzero(infos["_final_obs"]):
-                final_obs[i] = self.normalize(final_obs[i])
-            infos["final_obs"] = final_obs
-        return self.normalize(obs), rewards, terminations, truncations, infos
 
 
 def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
@@ -303,38 +173,6 @@ def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
     if args.clip_reward > 0:
         envs = gym.wrappers.vector.ClipReward(envs, -args.clip_reward, args.clip_reward)  # M4
     return envs
-
-
-def env_statistics(envs):
-    """The running statistics of M1 and M3, saved with the agent: a normalized observation means nothing without them."""
-
-    def as_dict(rms):
-        return {"mean": torch.as_tensor(rms.mean), "var": torch.as_tensor(rms.var), "count": float(rms.count)}
-
-    obs_norm, reward_norm = find_wrapper(envs, NormalizeObservation), find_wrapper(envs, gym.wrappers.vector.NormalizeReward)
-    return {
-        "obs_rms": None if obs_norm is None else as_dict(obs_norm.obs_rms),
-        "return_rms": None if reward_norm is None else as_dict(reward_norm.return_rms),
-    }
-
-
-def set_env_statistics(envs, stats, frozen=False):
-    """Restores env_statistics(); frozen: they stop updating (for evaluation)."""
-    for wrapper_type, key in ((NormalizeObservation, "obs_rms"), (gym.wrappers.vector.NormalizeReward, "return_rms")):
-        wrapper = find_wrapper(envs, wrapper_type)
-        if wrapper is not None and stats[key] is not None:
-            rms = getattr(wrapper, key)
-            rms.mean, rms.var, rms.count = stats[key]["mean"].numpy(), stats[key]["var"].numpy(), stats[key]["count"]
-            wrapper.update_running_mean = not frozen
-
-
-def find_wrapper(envs: gym.vector.VectorEnv, wrapper_type: type):
-    """The wrapper of this type in the vector env's chain, or None."""
-    while isinstance(envs, gym.vector.VectorWrapper):
-        if isinstance(envs, wrapper_type):
-            return envs
-        envs = envs.env
-    return None
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
@@ -387,20 +225,6 @@ class Agent(nn.Module):
             action = probs.sample()
         value = self.critic(hidden if self.shared_network else self.critic_body(x))
         return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), value
-
-    def act(self, x):
-        """The rollout's lean path: what get_action_and_value(x) returns but the entropy, from the same random draw, with
-        the Gaussian written out instead of a distribution object (fewer operations per env step)."""
-        hidden = self.actor_body(x)
-        action_mean = self.actor_mean(hidden)
-        action_logstd = self.actor_logstd(hidden) if self.state_dependent_std else self.actor_logstd.expand_as(action_mean)
-        action_std = action_logstd.exp()
-        action = torch.normal(action_mean, action_std)
-        log_density = (
-            -((action - action_mean) ** 2) / (2 * action_std**2) - action_std.log() - math.log(math.sqrt(2 * math.pi))
-        )
-        value = self.critic(hidden if self.shared_network else self.critic_body(x))
-        return action, log_density.sum(1), value
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
@@ -483,27 +307,23 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
 
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, loss_fn=ppo_loss):
-    """G7: `update_epochs` epochs of minibatch steps on the flat batch dict (obs, actions, logprobs, advantages,
-    returns, values). loss_fn: ppo_loss or its torch.compile'd twin (--compile). Returns the logged statistics as
-    tensors (no device sync here, except for X3)."""
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). loss_fn: ppo_loss or
+    its torch.compile'd twin (--compile). Returns the logged statistics as tensors (no device sync here, except for X3)."""
     b_inds = np.arange(args.batch_size)
     clipfracs = []
     for epoch in range(args.update_epochs):
         np.random.shuffle(b_inds)
         for start in range(0, args.batch_size, args.minibatch_size):
             mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=batch["obs"].device)
+            mb = {key: value[mb_inds] for key, value in batch.items()}
             loss, (pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac) = loss_fn(
-                agent, {key: value[mb_inds] for key, value in batch.items()}, args, clip_coef, kl_beta
+                agent, mb, args, clip_coef, kl_beta
             )
             clipfracs.append(clipfrac)
 
             optimizer.zero_grad()
             loss.backward()
-            if world_size > 1:  # X2: every rank steps with the gradient averaged over all ranks' minibatches
-                grads = [p.grad for p in agent.parameters() if p.grad is not None]
-                averaged = all_ranks_mean(torch.cat([g.flatten() for g in grads]), world_size)
-                for g, mean in zip(grads, averaged.split([g.numel() for g in grads])):
-                    g.copy_(mean.view_as(g))
+            average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
             optimizer.step()
@@ -529,8 +349,9 @@ def batch_kl(agent, batch):
         return ((logratio.exp() - 1) - logratio).mean()
 
 
-def truncation_bootstrap(agent, infos, terminations, truncations, gamma, device):
+def truncation_bootstrap(agent, infos, terminations, truncations, gamma):
     """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others."""
+    device = next(agent.parameters()).device
     cut = truncations & ~terminations
     bonus = np.zeros(len(cut), dtype=np.float32)
     if cut.any():
@@ -540,94 +361,22 @@ def truncation_bootstrap(agent, infos, terminations, truncations, gamma, device)
     return bonus
 
 
-def finished_episodes(infos):
-    """(return, length) of each episode that ended in this step: with SAME_STEP autoreset its statistics are in
-    infos["final_info"]."""
-    final_info = infos.get("final_info", {})
-    if "episode" not in final_info:
-        return []
-    done = final_info["_episode"]
-    return list(zip(final_info["episode"]["r"][done].tolist(), final_info["episode"]["l"][done].tolist()))
-
-
 def train(args: Args, stop_signals=()):
     """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks).
     Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
     current env step, saves a checkpoint, closes everything and returns."""
-    checkpoint = load_checkpoint(args.resume, "--resume") if args.resume else None
-    if checkpoint is not None:
-        changed = [
-            f"--{key.replace('_', '-')}"
-            for key, value in asdict(args).items()
-            if key != "resume" and value != getattr(Args(), key)
-        ]
-        if changed:
-            raise ArgError(f"--resume continues the run with its own flags; drop {' '.join(changed)}")
-        args = replace(Args(**checkpoint["args"]), resume=args.resume)  # the run continues with its own flags
-    check_args(args)
-    rank, world_size, device = distributed_setup(args)  # X2
-    if args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
-    loss_fn = compiled(ppo_loss, device) if args.compile else ppo_loss
-    run_name = checkpoint["run_name"] if checkpoint else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if world_size > 1:
-        shared = [run_name]
-        dist.broadcast_object_list(shared, src=0)  # X2: rank 0's run name everywhere
-        run_name = shared[0]
-    track = args.track and rank == 0  # X2: only rank 0 logs, records videos and writes checkpoints
-    num_iterations = args.total_timesteps // (args.batch_size * world_size)
-    checkpoint_path = f"runs/{run_name}/agent.pt"
-    checkpoint_interval = args.checkpoint_interval if args.checkpoint_interval is not None else 100 * args.save_model
-    if args.capture_video:
-        os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
-    if track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=asdict(args),
-            name=run_name,
-            save_code=True,
-            id=checkpoint["wandb_id"] if checkpoint else None,
-            resume="allow",
-        )
-    # on resume, TensorBoard hides whatever the interrupted run logged after its checkpoint, so no step appears twice
-    writer = (
-        SummaryWriter(f"runs/{run_name}", purge_step=checkpoint["global_step"] + 1 if checkpoint else None)
-        if rank == 0
-        else None
-    )
-    if checkpoint is None and rank == 0:
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])),
-        )
-
-    random.seed(args.seed + rank)  # X2: each rank draws its own numbers
-    np.random.seed(args.seed + rank)
-    torch.manual_seed(args.seed + rank)
+    run = Run(args, stop_signals)  # --resume, flag checks, torchrun (X2), TensorBoard and wandb
+    args, device = run.args, run.device  # a resumed run goes on with its checkpoint's flags
+    random.seed(args.seed + run.rank)  # X2: each rank draws its own numbers
+    np.random.seed(args.seed + run.rank)
+    torch.manual_seed(args.seed + run.rank)
     torch.backends.cudnn.deterministic = args.torch_deterministic
+    loss_fn = compiled(ppo_loss, device) if args.compile else ppo_loss
 
-    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run_name)
+    envs = make_envs(replace(args, capture_video=args.capture_video and run.rank == 0), run.name)
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
-    start_iteration, global_step, kl_beta = 1, 0, args.kl_beta
-    if checkpoint is not None:
-        agent.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        set_env_statistics(envs, checkpoint["env_stats"])
-        set_rng_state(checkpoint["rng"])  # rank 0's; the other ranks draw their own numbers
-        if rank > 0:
-            random.seed(args.seed + rank + checkpoint["global_step"])
-            np.random.seed(args.seed + rank + checkpoint["global_step"])
-            torch.manual_seed(args.seed + rank + checkpoint["global_step"])
-        start_iteration, global_step, kl_beta = checkpoint["iteration"] + 1, checkpoint["global_step"], checkpoint["kl_beta"]
-        print(f"resumed {run_name} after update {checkpoint['iteration']} (step {global_step}); the envs start new episodes")
-    if world_size > 1:
-        for param in agent.parameters():
-            dist.broadcast(param.data, src=0)  # X2: all ranks start from rank 0's parameters
+    start_iteration, global_step, kl_beta = run.start(agent, optimizer, envs)  # 1, 0, --kl-beta unless resumed
 
     # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one)
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device)
@@ -637,46 +386,39 @@ def train(args: Args, stop_signals=()):
     dones = torch.zeros((args.num_steps, args.num_envs), device=device)
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
-    start_time = last_print = time.time()
-    sps = 0  # env steps per second since the start (or the resume), over all ranks
-    start_step, done_iteration, done_step = global_step, start_iteration - 1, global_step  # done_*: the last finished update
-    episodic_returns, recent_returns, videos_logged = [], deque(maxlen=20), set()
-    wandb_id = wandb.run.id if track else None
-    stopping = False  # whether a rank received SIGINT or SIGTERM
-    next_obs, _ = envs.reset(seed=args.seed + rank * args.num_envs + global_step)  # env i of rank r: seed + r * num_envs + i
+    next_obs, _ = envs.reset(
+        seed=args.seed + run.rank * args.num_envs + global_step
+    )  # env i of rank r: seed + r * num_envs + i
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
 
-    for iteration in range(start_iteration, num_iterations + 1):
-        frac = 1.0 - (iteration - 1.0) / num_iterations
+    for iteration in range(start_iteration, run.num_iterations + 1):
+        frac = 1.0 - (iteration - 1.0) / run.num_iterations
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
         clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
 
-        episodes, stopping = [], False  # (global_step, return, length) of the episodes that end in this rollout
         for step in range(args.num_steps):
-            global_step += args.num_envs * world_size  # X2: the steps of all ranks
+            global_step += args.num_envs * run.world_size  # X2: the steps of all ranks
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
-                action, logprob, value = agent.act(next_obs)
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
             values[step] = value.flatten()
             actions[step] = action  # M8: the unclipped sample is stored; ClipAction clips what the env gets
             logprobs[step] = logprob
 
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())  # device sync
             if args.bootstrap_truncated:
-                reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma, device)  # B1
+                reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma)  # B1
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
             next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
-            episodes += [(global_step, r, length) for r, length in finished_episodes(infos)]
-            if world_size == 1 or step == args.num_steps - 1:  # X2: ranks agree once per rollout, not every step
-                stopping = stop_requested(stop_signals, world_size, device)
-            if stopping:
+            run.record_episodes(infos, global_step)
+            if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
                 break
-        if stopping:
-            break  # the unfinished rollout is dropped; the checkpoint below is the last finished update
+        if run.stopping:
+            break  # the unfinished rollout is dropped; the checkpoint is the last finished update's
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
@@ -692,192 +434,30 @@ def train(args: Args, stop_signals=()):
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
         }
-        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, loss_fn)
-        losses = torch.stack([stats["value_loss"], stats["policy_loss"], stats["entropy"]])
-        if not (torch.isfinite(losses).all() and all(torch.isfinite(p).all() for p in agent.parameters())):  # device sync
-            envs.close()
-            if writer is not None:
-                writer.close()
-            last_good = checkpoint_path if os.path.exists(checkpoint_path) else "none written yet"
-            raise NonFiniteError(
-                f"a loss or a parameter became NaN or infinite in update {iteration} (step {global_step}); training stopped "
-                f"and wrote no checkpoint; the last good one: {last_good}"
-            )
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, run.world_size, loss_fn)
+        run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
         if args.surrogate == "kl-adaptive":
-            kl_beta = adapt_kl_beta(kl_beta, all_ranks_mean(batch_kl(agent, batch), world_size).item(), args.kl_dtarg)  # G1
+            kl_beta = adapt_kl_beta(
+                kl_beta, all_ranks_mean(batch_kl(agent, batch), run.world_size).item(), args.kl_dtarg
+            )  # G1
 
-        if world_size > 1:
-            gathered = [None] * world_size
-            dist.all_gather_object(gathered, episodes)  # X2: rank 0 logs the episodes of every rank
-            episodes = sorted(episode for rank_episodes in gathered for episode in rank_episodes)
-        episodic_returns += [r for _, r, _ in episodes]
-        recent_returns.extend(r for _, r, _ in episodes)
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        if rank == 0:
-            for step_of_end, episodic_return, episodic_length in episodes:
-                writer.add_scalar("charts/episodic_return", episodic_return, step_of_end)
-                writer.add_scalar("charts/episodic_length", episodic_length, step_of_end)
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("charts/clip_coef", clip_coef, global_step)
-            writer.add_scalar("charts/SPS", sps, global_step)
-            if args.surrogate in ("kl-fixed", "kl-adaptive"):
-                writer.add_scalar("charts/kl_beta", kl_beta, global_step)
-            for key in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
-                writer.add_scalar(f"losses/{key}", stats[key].item(), global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            if time.time() - last_print > 10 or iteration == num_iterations:
-                last_print = time.time()
-                mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "n/a"
-                print(
-                    f"step {global_step}/{args.total_timesteps}  SPS {sps}  mean return (last {len(recent_returns)}) {mean_return}"
-                )
-            if track and args.capture_video:
-                videos_logged = log_videos(run_name, videos_logged)
-        done_iteration, done_step = iteration, global_step
-        if rank == 0 and checkpoint_interval and iteration % checkpoint_interval == 0:
-            save_checkpoint(checkpoint_path, agent, optimizer, envs, args, run_name, iteration, global_step, kl_beta, wandb_id)
+        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef}
+        if args.surrogate in ("kl-fixed", "kl-adaptive"):
+            scalars["charts/kl_beta"] = kl_beta
+        for key in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
+            scalars[f"losses/{key}"] = stats[key].item()
+        scalars["losses/explained_variance"] = explained_var
+        run.log(global_step, scalars)  # with the episodes that ended and the SPS
+        run.checkpoint(iteration, global_step, kl_beta)  # every --checkpoint-interval updates
 
-    if rank == 0 and (stopping or args.save_model or checkpoint_interval):
-        save_checkpoint(checkpoint_path, agent, optimizer, envs, args, run_name, done_iteration, done_step, kl_beta, wandb_id)
-        print(f"saved the agent after update {done_iteration} (step {done_step}) to {checkpoint_path}")
-    if rank == 0 and stopping:
-        print(f"stopped by a signal; continue with: python {os.path.basename(__file__)} --resume {checkpoint_path}")
-    envs.close()
-    if track and args.capture_video:
-        log_videos(run_name, videos_logged)
-    if writer is not None:
-        writer.close()
-    if track:
-        wandb.finish()
-    if world_size > 1:
-        dist.barrier()  # no rank leaves while another still talks to it
-        dist.destroy_process_group()
+    run.finish()  # the last checkpoint (--save-model, or after a signal), then closes everything
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
-    return {"agent": agent, "run_name": run_name, "episodic_returns": episodic_returns, "rollout": rollout, "sps": sps}
-
-
-def log_videos(run_name, logged):
-    """Sends the finished videos of env 0 to wandb (gymnasium's RecordVideo and wandb's monitor_gym do not mix)."""
-    import wandb
-
-    for path in sorted(glob(f"videos/{run_name}/*.mp4")):
-        if path not in logged:
-            wandb.log({"videos": wandb.Video(path, format="mp4")})
-            logged = logged | {path}
-    return logged
-
-
-def rng_state():
-    """The state of every random number generator the run draws from: python, numpy, torch (and CUDA)."""
-    name, keys, *rest = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), *rest),  # plain types and tensors only (weights_only)
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state):
-    random.setstate(state["python"])
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-CHECKPOINT_KEYS = {
-    "script",
-    "model",
-    "optimizer",
-    "env_stats",
-    "rng",
-    "args",
-    "run_name",
-    "iteration",
-    "global_step",
-    "kl_beta",
-    "wandb_id",
-}
-
-
-def save_checkpoint(path, agent, optimizer, envs, args, run_name, iteration, global_step, kl_beta, wandb_id):
-    """Everything needed to act and to continue training, written to a temporary file and renamed: an interrupted
-    write leaves the previous checkpoint whole."""
-    checkpoint = {
-        "script": os.path.basename(__file__),
-        "model": agent.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "env_stats": env_statistics(envs),
-        "rng": rng_state(),
-        "args": asdict(args),
-        "run_name": run_name,
-        "iteration": iteration,
-        "global_step": global_step,
-        "kl_beta": kl_beta,
-        "wandb_id": wandb_id,
-    }
-    torch.save(checkpoint, path + ".tmp")
-    os.replace(path + ".tmp", path)
-
-
-def load_checkpoint(path, flag):
-    """A checkpoint save_checkpoint wrote, loaded without executing code (weights_only); ArgError naming `flag` if the
-    file is missing, truncated or foreign."""
-    if not os.path.isfile(path):
-        raise ArgError(f"{flag} {path}: no such file; pass an agent.pt written under runs/ by --save-model or a checkpoint")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ArgError(f"{flag} {path} is not a readable checkpoint ({type(e).__name__}); use another one") from None
-    if not isinstance(checkpoint, dict) or not CHECKPOINT_KEYS <= checkpoint.keys():
-        raise ArgError(f"{flag} {path} was not written by {os.path.basename(__file__)}")
-    if checkpoint["script"] != os.path.basename(__file__):
-        raise ArgError(f"{flag} {path} was written by {checkpoint['script']}; load it with that script")
-    return checkpoint
-
-
-def evaluate(args: Args):
-    """Plays --eval-episodes episodes with the saved agent (actions sampled, as in training) and the saved
-    observation statistics (frozen); returns the episodic returns."""
-    checkpoint = load_checkpoint(args.eval_checkpoint, "--eval-checkpoint")
-    train_args = replace(
-        Args(**checkpoint["args"]), num_envs=1, num_minibatches=1, capture_video=args.capture_video, seed=args.seed
-    )
-    check_args(train_args)
-    run_name = f"{train_args.env_id}__{args.exp_name}-eval__{args.seed}__{int(time.time())}"
-    if args.capture_video:
-        os.environ.setdefault("MUJOCO_GL", "egl")
-    torch.manual_seed(args.seed)
-    envs = make_envs(train_args, run_name)
-    agent = Agent(envs, train_args)
-    agent.load_state_dict(checkpoint["model"])
-    set_env_statistics(envs, checkpoint["env_stats"], frozen=True)
-
-    episodic_returns = []
-    next_obs, _ = envs.reset(seed=args.seed)
-    while len(episodic_returns) < args.eval_episodes:
-        with torch.inference_mode():
-            action, _, _, _ = agent.get_action_and_value(torch.as_tensor(next_obs, dtype=torch.float32))
-        next_obs, _, _, _, infos = envs.step(action.numpy())
-        episodic_returns += [episodic_return for episodic_return, _ in finished_episodes(infos)]
-    envs.close()
-    print(
-        f"eval {args.eval_checkpoint}: mean return {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f} over {len(episodic_returns)} episodes"
-    )
-    return episodic_returns
+    return {"agent": agent, "run_name": run.name, "episodic_returns": run.episodic_returns, "rollout": rollout, "sps": run.sps}
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    stop_signals = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda signum, frame: stop_signals.append(signum))
-    try:
-        evaluate(args) if args.eval_checkpoint else train(args, stop_signals)
-    except (ArgError, NonFiniteError) as e:
-        sys.exit(f"error: {e}")
+    # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
+    main(tyro.cli(Args), train, make_envs, Agent)

@@ -24,6 +24,9 @@ import torch
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
+from run_plumbing import ArgError, check_args  # noqa: E402
+
 BENCHMARK_ENVS = {  # script: (env id, training steps per run)
     "ppo_continuous_action.py": ("Hopper-v5", 61440),
     "ppo_atari.py": ("BreakoutNoFrameskip-v4", 20480),
@@ -55,12 +58,12 @@ def env_only_sps(module, args, steps):
 
 def script_args(script, env_id, total_timesteps, flags):
     """The script and its Args for a measurement; a bad flag or env id ends here with the script's own one-line error
-    (tyro's for an unknown flag, the script's check_args for the rest)."""
+    (tyro's for an unknown flag, run_plumbing's check_args for the rest)."""
     module = load_script(script)
     args = tyro.cli(module.Args, args=["--env-id", env_id, "--total-timesteps", str(total_timesteps)] + flags)
     try:
-        module.check_args(args)
-    except module.ArgError as e:
+        check_args(args)
+    except ArgError as e:
         raise SystemExit(f"error: {script}: {e}") from None
     return module, args
 

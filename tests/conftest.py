@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
 # every script whose GAE and loss pieces the shared tests check; later scripts join this list
 SCRIPTS = [name for name in ("ppo_continuous_action", "ppo_atari", "ppo_rnn") if (ROOT / f"{name}.py").exists()]
 

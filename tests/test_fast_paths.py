@@ -1,10 +1,10 @@
-"""The speed options compute what the plain code computes: --compile's loss, the fused Adam every script uses, and
-the continuous script's lean rollout path (Agent.act)."""
+"""The speed options compute what the plain code computes: --compile's loss and the fused Adam every script uses."""
 
 import copy
 
 import numpy as np
 import pytest
+import run_plumbing
 import torch
 from conftest import load_script
 from test_update import fixed_batch, make_agent
@@ -50,7 +50,7 @@ def case(request):
 
 def test_compiled_loss_gives_the_plain_update(case):
     script, args, agent, batch = case
-    compiled = script.compiled(script.ppo_loss, torch.device("cpu"))
+    compiled = run_plumbing.compiled(script.ppo_loss, torch.device("cpu"))
     assert compiled is not script.ppo_loss  # this machine has a C++ compiler, so the compiled path is really taken
 
     # one minibatch: the loss and the gradients of both paths against a float64 computation of the same network
@@ -87,21 +87,6 @@ def test_fused_adam_gives_the_for_loop_adam_update(case):
 
 def test_compile_without_a_compiler_runs_eagerly_with_a_warning(monkeypatch, capsys):
     script = load_script("ppo_continuous_action")
-    monkeypatch.setattr(script.shutil, "which", lambda name: None)
-    assert script.compiled(script.ppo_loss, torch.device("cpu")) is script.ppo_loss
+    monkeypatch.setattr(run_plumbing.shutil, "which", lambda name: None)
+    assert run_plumbing.compiled(script.ppo_loss, torch.device("cpu")) is script.ppo_loss
     assert "--compile needs a C++ compiler" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("state_dependent_std", [False, True])
-def test_lean_rollout_path_equals_get_action_and_value(state_dependent_std):
-    script = load_script("ppo_continuous_action")
-    agent = make_agent(script, state_dependent_std=state_dependent_std)
-    x = torch.randn(5, 11)
-    with torch.inference_mode():
-        torch.manual_seed(7)
-        action, logprob, _, value = agent.get_action_and_value(x)
-        torch.manual_seed(7)
-        lean_action, lean_logprob, lean_value = agent.act(x)
-    assert torch.equal(action, lean_action)  # the same random draw
-    torch.testing.assert_close(lean_logprob, logprob)
-    torch.testing.assert_close(lean_value, value)

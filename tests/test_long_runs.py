@@ -11,6 +11,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+import run_plumbing
 import torch
 from conftest import ROOT, SCRIPTS, load_script, read_scalars
 
@@ -147,7 +148,7 @@ def test_foreign_checkpoint_is_refused(tmp_path):
     with pytest.raises(cont.ArgError, match="--resume .* was not written by ppo_continuous_action.py"):
         cont.train(cont.Args(resume=str(foreign)))
     other_script = tmp_path / "other.pt"
-    torch.save({key: None for key in cont.CHECKPOINT_KEYS} | {"script": "ppo_atari.py"}, other_script)
+    torch.save({key: None for key in run_plumbing.CHECKPOINT_KEYS} | {"script": "ppo_atari.py"}, other_script)
     with pytest.raises(cont.ArgError, match="--resume .* was written by ppo_atari.py; load it with that script"):
         cont.train(cont.Args(resume=str(other_script)))
     truncated = tmp_path / "truncated.pt"

@@ -34,7 +34,7 @@ def rollout_batch(tmp_path, monkeypatch, **flags):
     batch = {key: r[key].flatten(0, 1) for key in ("obs", "actions", "logprobs", "values", "dones")}
     batch["advantages"] = torch.randn(len(batch["obs"]), generator=torch.Generator().manual_seed(0))
     batch["returns"] = batch["values"] + batch["advantages"]
-    batch["initial_state"] = r["initial_state"]
+    batch["state"] = r["initial_state"]
     return result["agent"], batch, args
 
 
@@ -49,12 +49,12 @@ def test_training_pass_recomputes_the_rollout_exactly(tmp_path, monkeypatch, rnn
         ortho_init=False,  # PyTorch's default init: larger logits than the 0.01-gain head, so log-probs vary with the state
     )  # fmt: skip
     assert batch["dones"].reshape(64, 4)[1:].sum() >= 4  # episodes ended inside the segment
-    assert batch["initial_state"].abs().sum() > 0 and batch["logprobs"].std() > 1e-3
+    assert batch["state"].abs().sum() > 0 and batch["logprobs"].std() > 1e-3
     for mb_env_inds, mb_inds in rnn.env_minibatches(64, 4, 2):
         with torch.no_grad():
             _, logprob, _, value, _ = agent.get_action_and_value(
                 batch["obs"][mb_inds],
-                batch["initial_state"][:, mb_env_inds],
+                batch["state"][:, mb_env_inds],
                 batch["dones"][mb_inds],
                 batch["actions"][mb_inds],
             )
@@ -67,7 +67,7 @@ def test_ignoring_dones_would_not_match(tmp_path, monkeypatch):
     agent, batch, _ = rollout_batch(tmp_path, monkeypatch)
     with torch.no_grad():
         _, _, _, value, _ = agent.get_action_and_value(
-            batch["obs"], batch["initial_state"], torch.zeros(256), batch["actions"]
+            batch["obs"], batch["state"], torch.zeros(256), batch["actions"]
         )
     assert batch["dones"].sum() > 0 and not torch.allclose(value.flatten(), batch["values"], atol=1e-5)
 
@@ -133,7 +133,7 @@ def test_update_improves_the_surrogate_with_sensible_statistics(tmp_path, monkey
     def surrogate():
         with torch.no_grad():
             _, newlogprob, _, _, _ = agent.get_action_and_value(
-                batch["obs"], batch["initial_state"], batch["dones"], batch["actions"]
+                batch["obs"], batch["state"], batch["dones"], batch["actions"]
             )
             adv = rnn.normalize_advantages(batch["advantages"])
             return -rnn.policy_loss(newlogprob, batch["logprobs"], adv, "clip", 0.1, 1.0).item()
