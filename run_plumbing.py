@@ -133,9 +133,10 @@ ENV_KINDS = {  # what check_args tells apart: (description, example id, the scri
 
 
 def env_kind(env_id):
-    """Which of ENV_KINDS `env_id` is (None for none of them); ArgError if it is not registered or cannot be made."""
+    """Which of ENV_KINDS the registered `env_id` is, and the type of its action space; ArgError if it is none of them
+    or cannot be made."""
     if gym.spec(env_id).entry_point == "ale_py.env:AtariEnv":
-        return "atari"
+        return "atari", "Discrete"
     try:
         env = gym.make(env_id)
     except gym.error.Error as e:
@@ -143,9 +144,9 @@ def env_kind(env_id):
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
     if isinstance(action_space, gym.spaces.Box):
-        return "continuous"
+        return "continuous", "Box"
     if isinstance(action_space, gym.spaces.Discrete) and len(observation_space.shape) == 1:
-        return "discrete-vector"
+        return "discrete-vector", "Discrete"
     raise ArgError(
         f"--env-id {env_id} has {type(observation_space).__name__} observations and a {type(action_space).__name__} "
         "action space, which none of the scripts trains on"
@@ -184,11 +185,9 @@ def check_args(args) -> None:
         if "atari" not in args.env_kinds and ("NoFrameskip" in args.env_id or args.env_id.startswith("ALE/")):
             hint = "it is an Atari game: use ppo_atari.py"
         raise ArgError(f"--env-id {args.env_id} is not a registered gymnasium environment; {hint}") from None
-    kind = env_kind(args.env_id)
+    kind, action_space = env_kind(args.env_id)
     if kind not in args.env_kinds:
-        what = "it is an Atari game"
-        if kind != "atari":
-            what = f"it has a {type(gym.make(args.env_id).action_space).__name__} action space"
+        what = "it is an Atari game" if kind == "atari" else f"it has a {action_space} action space"
         raise ArgError(f"--env-id {args.env_id} is not {accepted}: {what}; use {ENV_KINDS[kind][2]}")
     if kind == "atari" and spec.kwargs.get("frameskip", 1) != 1:
         raise ArgError(
@@ -214,7 +213,11 @@ class Run:
         self.resumed = load_checkpoint(args.resume, "--resume", args) if args.resume else None
         if self.resumed is not None:
             default = type(args)()
-            changed = [f"--{key.replace('_', '-')}" for key, value in asdict(args).items() if key != "resume" and value != getattr(default, key)]  # fmt: skip
+            changed = [
+                f"--{key.replace('_', '-')}"
+                for key, value in asdict(args).items()
+                if key != "resume" and value != getattr(default, key)
+            ]
             if changed:
                 raise ArgError(f"--resume continues the run with its own flags; drop {' '.join(changed)}")
             args = replace(type(args)(**self.resumed["args"]), resume=args.resume)  # the run continues with its own flags
@@ -328,7 +331,9 @@ class Run:
         if time.time() - self.last_print > 10 or global_step == self.last_step:
             self.last_print = time.time()
             mean_return = f"{np.mean(self.recent_returns):.1f}" if self.recent_returns else "n/a"
-            print(f"step {global_step}/{self.args.total_timesteps}  SPS {self.sps}  mean return (last {len(self.recent_returns)}) {mean_return}")  # fmt: skip
+            print(
+                f"step {global_step}/{self.args.total_timesteps}  SPS {self.sps}  mean return (last {len(self.recent_returns)}) {mean_return}"
+            )
         if self.track and self.args.capture_video:
             self.videos_logged = log_videos(self.name, self.videos_logged)
 
@@ -339,8 +344,18 @@ class Run:
             self.save()
 
     def save(self):
-        save_checkpoint(self.checkpoint_path, self.agent, self.optimizer, self.envs, self.args, self.name,
-                        self.done_iteration, self.done_step, self.kl_beta, self.wandb_id)  # fmt: skip
+        save_checkpoint(
+            self.checkpoint_path,
+            self.agent,
+            self.optimizer,
+            self.envs,
+            self.args,
+            self.name,
+            self.done_iteration,
+            self.done_step,
+            self.kl_beta,
+            self.wandb_id,
+        )
 
     def finish(self):
         """The checkpoint of the last finished update (with --save-model, a checkpoint interval or after a stop
@@ -409,8 +424,19 @@ def set_rng_state(state):
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-CHECKPOINT_KEYS = {"script", "model", "optimizer", "env_stats", "rng", "args", "run_name", "iteration", "global_step",
-                   "kl_beta", "wandb_id"}  # fmt: skip
+CHECKPOINT_KEYS = {
+    "script",
+    "model",
+    "optimizer",
+    "env_stats",
+    "rng",
+    "args",
+    "run_name",
+    "iteration",
+    "global_step",
+    "kl_beta",
+    "wandb_id",
+}
 
 
 def save_checkpoint(path, agent, optimizer, envs, args, run_name, iteration, global_step, kl_beta, wandb_id):
