@@ -474,7 +474,7 @@ def train(args: Args, stop_signals=()):
     )  # env i of rank r: seed + r * num_envs + i
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
-    next_state = agent.initial_state(args.num_envs, device)  # B3
+    next_state = initial_state = agent.initial_state(args.num_envs, device)  # B3
 
     for iteration in range(start_iteration, run.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / run.num_iterations

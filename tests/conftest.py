@@ -1,17 +1,25 @@
-"""Loads the scripts as modules (they are files at the repository's top level, not a package) and runs them."""
+"""Loads the scripts as modules (they are files at the repository's top level, not a package) and runs them; the
+helpers the test modules share (no test module imports another): agents on stand-in spaces, fixed and recorded
+training batches, the loss written from the formulas, the detail contract of ../shared/DETAILS.md."""
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
+import torch
+from gymnasium.spaces import Box, Discrete
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
 # every script whose GAE and loss pieces the shared tests check; later scripts join this list
 SCRIPTS = [name for name in ("ppo_continuous_action", "ppo_atari", "ppo_rnn") if (ROOT / f"{name}.py").exists()]
+FEED_FORWARD = [name for name in SCRIPTS if name != "ppo_rnn"]
 
 
 def load_script(name):
@@ -54,3 +62,150 @@ def read_scalars(run_dir, tag):
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
     return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# agents on stand-in spaces
+
+
+def as_script(script):
+    """A script module, given the module or its name."""
+    return load_script(script) if isinstance(script, str) else script
+
+
+def observation_and_action_spaces(script, obs_shape=None, n_actions=None):
+    """The spaces make_agent builds an agent for: continuous, Box observations (11,) and Box actions (3,); Atari, uint8
+    frames (4, 84, 84, 1) and Discrete(4); rnn, vector observations (2,) and Discrete(2). obs_shape and n_actions
+    override the defaults; an obs_shape of three or more dimensions is uint8 frames."""
+    name = as_script(script).__name__
+    if name == "ppo_continuous_action":
+        assert n_actions is None, "the continuous agent has Box actions"
+        return Box(-np.inf, np.inf, obs_shape or (11,), np.float32), Box(-1.0, 1.0, (3,), np.float32)
+    obs_shape = obs_shape or ((4, 84, 84, 1) if name == "ppo_atari" else (2,))
+    n_actions = n_actions or (4 if name == "ppo_atari" else 2)
+    if len(obs_shape) >= 3:
+        return Box(0, 255, obs_shape, np.uint8), Discrete(n_actions)
+    return Box(-np.inf, np.inf, obs_shape, np.float32), Discrete(n_actions)
+
+
+def make_agent(script, obs_shape=None, n_actions=None, **flags):
+    """script.Agent for the spaces above and script.Args(**flags), torch seeded with 0 first."""
+    script = as_script(script)
+    obs_space, action_space = observation_and_action_spaces(script, obs_shape, n_actions)
+    torch.manual_seed(0)
+    spaces = SimpleNamespace(single_observation_space=obs_space, single_action_space=action_space)
+    return script.Agent(spaces, script.Args(**flags))
+
+
+def random_obs(space, n, g):
+    """n random observations of `space`: uint8 frames, or standard normal vectors."""
+    if space.dtype == np.uint8:
+        return torch.randint(0, 256, (n,) + space.shape, dtype=torch.uint8, generator=g)
+    return torch.randn((n,) + space.shape, generator=g)
+
+
+def forward(agent, obs, action=None):
+    """(action, logprob, entropy, value) of any script's agent; a recurrent one takes obs as one step of len(obs) envs
+    from its zero initial state."""
+    if hasattr(agent, "initial_state"):
+        return agent.get_action_and_value(obs, agent.initial_state(len(obs)), torch.zeros(len(obs)), action)[:4]
+    return agent.get_action_and_value(obs, action)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# training batches
+
+
+def fixed_batch(script, agent, n=64, seed=1):
+    """A feed-forward script's flat training batch of n random observations, with the agent's own actions, log-probs
+    and values, and random advantages and returns."""
+    g = torch.Generator().manual_seed(seed)
+    obs = random_obs(observation_and_action_spaces(script)[0], n, g)
+    with torch.no_grad():
+        actions, logprobs, _, values = agent.get_action_and_value(obs)
+    return {
+        "obs": obs,
+        "actions": actions,
+        "logprobs": logprobs,
+        "advantages": torch.randn(n, generator=g) * 3 + 1,
+        "returns": values.flatten() + torch.randn(n, generator=g),
+        "values": values.flatten(),
+    }
+
+
+def rollout_batch(tmp_path, monkeypatch, **flags):
+    """ppo_rnn.py's batch: a real rollout on CartPoleNoVelocity (an early policy: episodes of about 20 steps end inside
+    the 64-step segment) with a zero learning rate, so that the agent after the run is the rollout's; returns it with
+    the flat batch, random advantages added, and the Args."""
+    rnn = load_script("ppo_rnn")
+    monkeypatch.chdir(tmp_path)
+    defaults = dict(env_id="CartPoleNoVelocity-v1", num_envs=4, num_steps=64, total_timesteps=256, num_minibatches=2)
+    args = rnn.Args(**{**defaults, "update_epochs": 1, "learning_rate": 0.0, **flags})
+    result = rnn.train(args)
+    r = result["rollout"]
+    batch = {key: r[key].flatten(0, 1) for key in ("obs", "actions", "logprobs", "values", "dones")}
+    batch["advantages"] = torch.randn(len(batch["obs"]), generator=torch.Generator().manual_seed(0))
+    batch["returns"] = batch["values"] + batch["advantages"]
+    batch["state"] = r["initial_state"]
+    return result["agent"], batch, args
+
+
+def update_case(script, tmp_path, monkeypatch):
+    """(agent, batch, args) for one update_policy call of any script: the feed-forward scripts get fixed_batch (64
+    samples, 4 minibatches); ppo_rnn.py, whose minibatches are whole env sequences with recomputed states, gets
+    rollout_batch (4 envs x 64 steps, 2 minibatches)."""
+    script = as_script(script)
+    if script.__name__ == "ppo_rnn":
+        return rollout_batch(tmp_path, monkeypatch)
+    agent = make_agent(script)
+    return agent, fixed_batch(script, agent), script.Args(num_envs=1, num_steps=64, num_minibatches=4)
+
+
+def batch_logprobs(agent, batch):
+    """The agent's log-probabilities of the batch's actions; a recurrent agent runs the batch's sequences from their
+    initial state through their dones."""
+    with torch.no_grad():
+        if "state" in batch:
+            return agent.get_action_and_value(batch["obs"], batch["state"], batch["dones"], batch["actions"])[1]
+        return agent.get_action_and_value(batch["obs"], batch["actions"])[1]
+
+
+def reference_minibatch_loss(agent, mb, args, clip_coef):
+    """The reference's loss written out from the formulas, independently of the script's loss functions."""
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+    ratio = (newlogprob - mb["logprobs"]).exp()
+    adv = mb["advantages"]
+    if args.norm_adv:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv).mean()
+    v = newvalue.flatten()
+    v_clipped = mb["values"] + (v - mb["values"]).clamp(-clip_coef, clip_coef)
+    v_loss = 0.5 * torch.max((v - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2).mean()
+    return -surrogate - args.ent_coef * entropy.mean() + args.vf_coef * v_loss
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the detail contract
+
+DETAILS = ROOT.parent / "shared" / "DETAILS.md"
+COLUMNS = {"ppo_atari": "A", "ppo_continuous_action": "C", "ppo_rnn": "R"}
+
+
+def contract_flags(script_name):
+    """(flag, detail id) pairs the contract gives this script; the id is None for the common research flags."""
+    column, section, pairs = COLUMNS[script_name], None, []
+    for line in DETAILS.read_text().splitlines():
+        if line.startswith("## "):
+            section = line[3:].split()[0]
+        elif section == "Common" and "`--" in line:
+            pairs += [(flag, None) for flag in re.findall(r"`--([a-z0-9-]+)", line)]
+        elif line.startswith("| ") and not line.startswith(("| id", "| ---")):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            owners = {"MuJoCo": "C", "Atari": "AR"}.get(section, "ACR")
+            if section == "General":
+                owners = "".join(k for k, c in zip("ACR", cells[3:6]) if c != "-")
+            if cells[0] == "B2":
+                owners = "R"
+            if column in owners and cells[0] != "X2":  # X2 is a launcher (torchrun), not a flag
+                pairs += [(flag, cells[0]) for flag in re.findall(r"`--([a-z0-9-]+)", cells[2]) if flag != "envpool"]
+    return pairs

@@ -1,5 +1,5 @@
-"""ppo_atari.py run as a user runs it: short runs on Breakout and Pong with each backend, video capture, saving and
-evaluating a model."""
+"""ppo_atari.py run as a user runs it: short runs on Breakout and Pong with each backend, uint8 rollout storage, video
+capture. Saving and evaluating a model: test_long_runs.py."""
 
 import glob
 
@@ -34,12 +34,3 @@ def test_capture_video(tmp_path):
     result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "1024", "--capture-video", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
-
-
-def test_save_model_then_evaluate(tmp_path):
-    result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "512", "--save-model", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    (checkpoint,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
-    evaluation = run_script("ppo_atari", "--eval-checkpoint", checkpoint, "--eval-episodes", "1", cwd=tmp_path)
-    assert evaluation.returncode == 0, evaluation.stderr
-    assert "over 1 episodes" in evaluation.stdout

@@ -13,9 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import tyro
-from conftest import ROOT, load_script
+from conftest import DETAILS, ROOT, contract_flags, load_script
 from scipy.stats import trim_mean
-from test_cli import DETAILS, contract_flags
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import report  # noqa: E402

@@ -7,30 +7,7 @@ import typing
 
 import pytest
 import tyro
-from conftest import ROOT, load_script, run_script
-
-DETAILS = ROOT.parent / "shared" / "DETAILS.md"
-COLUMNS = {"ppo_atari": "A", "ppo_continuous_action": "C", "ppo_rnn": "R"}
-
-
-def contract_flags(script_name):
-    """(flag, detail id) pairs the contract gives this script; the id is None for the common research flags."""
-    column, section, pairs = COLUMNS[script_name], None, []
-    for line in DETAILS.read_text().splitlines():
-        if line.startswith("## "):
-            section = line[3:].split()[0]
-        elif section == "Common" and "`--" in line:
-            pairs += [(flag, None) for flag in re.findall(r"`--([a-z0-9-]+)", line)]
-        elif line.startswith("| ") and not line.startswith(("| id", "| ---")):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            owners = {"MuJoCo": "C", "Atari": "AR"}.get(section, "ACR")
-            if section == "General":
-                owners = "".join(k for k, c in zip("ACR", cells[3:6]) if c != "-")
-            if cells[0] == "B2":
-                owners = "R"
-            if column in owners and cells[0] != "X2":  # X2 is a launcher (torchrun), not a flag
-                pairs += [(flag, cells[0]) for flag in re.findall(r"`--([a-z0-9-]+)", cells[2]) if flag != "envpool"]
-    return pairs
+from conftest import COLUMNS, DETAILS, ROOT, contract_flags, load_script, run_script
 
 
 def field_name(flag):

@@ -1,5 +1,6 @@
-"""X2 with torch.distributed on CPU (gloo), two processes: the ranks stay bit-identical, one distributed update equals
-gradients averaged by hand, and a torchrun launch counts every rank's steps and episodes while only rank 0 logs."""
+"""X2 with torch.distributed on CPU (gloo), two processes: the ranks stay bit-identical and move away from the
+parameters rank 0 starts from, one distributed update equals gradients averaged by hand, and a torchrun launch counts
+every rank's steps and episodes while only rank 0 logs."""
 
 import glob
 import os
@@ -11,8 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import ROOT, SCRIPTS, load_script, read_scalars
-from test_update import fixed_batch, make_agent, reference_minibatch_loss
+from conftest import ROOT, SCRIPTS, fixed_batch, load_script, make_agent, read_scalars, reference_minibatch_loss
 
 WORLD_SIZE = 2
 
@@ -47,16 +47,47 @@ SHORT = {
 }
 
 
+def initial_parameters(name, flags, rank=0):
+    """The parameters train() builds on `rank` before any update, rebuilt as train() builds them: torch seeded with
+    seed + rank, then the envs (make_envs), then the agent on them. Under torchrun every rank then takes rank 0's."""
+    module = load_script(name)
+    args = module.Args(**flags)
+    torch.manual_seed(args.seed + rank)
+    envs = module.make_envs(args, "initial-parameters")
+    try:
+        return module.Agent(envs, args).state_dict()
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_initial_parameters_are_the_ones_train_starts_from(tmp_path, monkeypatch, name):
+    """The reconstruction the next test compares with is right: a one-batch run that cannot move its parameters
+    (learning rate 0) ends with exactly those parameters, and they depend on the seed."""
+    monkeypatch.chdir(tmp_path)
+    module = load_script(name)
+    flags = {**SHORT[name], "learning_rate": 0.0, "update_epochs": 1, "cuda": False}
+    flags["total_timesteps"] = flags["num_steps"] * flags.get("num_envs", 1)  # one update
+    trained = module.train(module.Args(**flags))["agent"].state_dict()
+    initial = initial_parameters(name, flags)
+    assert trained.keys() == initial.keys()
+    for key in initial:
+        assert torch.equal(trained[key], initial[key]), key
+    other_seed = initial_parameters(name, {**flags, "seed": flags.get("seed", 1) + 1})
+    assert any(not torch.equal(other_seed[key], initial[key]) for key in initial)
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_ranks_hold_bit_identical_parameters(tmp_path, name):
     flags = {**SHORT[name], "update_epochs": 2, "target_kl": 0.05, "cuda": False}
     mp.spawn(train_worker, args=(free_port(), tmp_path, name, flags), nprocs=WORLD_SIZE)
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD_SIZE))
-    initial = make_agent(load_script(name)).state_dict() if name != "ppo_rnn" else None
     for key in rank0:
         assert torch.equal(rank0[key], rank1[key]), key
-    if initial is not None:  # and they did learn something
-        assert any(not torch.equal(rank0[k], initial[k]) for k in rank0 if k in initial)
+    # and they did learn something: they moved away from rank 0's initial parameters, which every rank starts from
+    initial = initial_parameters(name, flags, rank=0)
+    assert rank0.keys() == initial.keys()
+    assert any(not torch.equal(rank0[k], initial[k]) for k in rank0)
     assert len(glob.glob(str(tmp_path / "runs" / "*" / "events.*"))) == 1  # only rank 0 wrote logs
 
 

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import run_plumbing
 import torch
-from conftest import load_script
-from test_update import fixed_batch, make_agent
+from conftest import fixed_batch, load_script, make_agent
 
 
 def run_update(script, agent, batch, args, loss_fn=None, fused=True):

@@ -1,5 +1,5 @@
-"""Long runs that lose nothing: checkpoints, SIGTERM and resume with continuous logs and schedules, the NaN guard,
-identical logs from identical seeds, corrupt checkpoints refused."""
+"""Long runs that lose nothing: checkpoints, SIGTERM and resume with continuous logs and schedules, a saved model
+evaluated by each script, the NaN guard, identical logs from identical seeds, corrupt checkpoints refused."""
 
 import glob
 import os
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import run_plumbing
 import torch
-from conftest import ROOT, SCRIPTS, load_script, read_scalars
+from conftest import ROOT, SCRIPTS, load_script, read_scalars, run_script
 
 cont = load_script("ppo_continuous_action")
 # 80 updates of 256 steps on Pendulum: a couple of seconds each, with a checkpoint every 5
@@ -83,12 +83,39 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
     (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["iteration"] == 2 and checkpoint["global_step"] == steps
-    with pytest.raises(module.ArgError, match="drop --seed --total-timesteps"):  # flags are the checkpoint's
+    with pytest.raises(run_plumbing.ArgError, match="drop --seed --total-timesteps"):  # flags are the checkpoint's
         module.train(module.Args(resume=path, seed=2, total_timesteps=12345))
     resumed = module.train(module.Args(resume=path))
     assert resumed["run_name"] == result["run_name"] and resumed["episodic_returns"] == []
     for key, value in resumed["agent"].state_dict().items():
         torch.testing.assert_close(value, checkpoint["model"][key], msg=key)
+
+
+# a short run that saves its model, then --eval-checkpoint: (training flags, episodes to evaluate); Atari games are long
+SAVE_THEN_EVALUATE = {
+    "ppo_continuous_action": (["--env-id", "InvertedPendulum-v5", "--num-steps", "512", "--total-timesteps", "1024"], 3),
+    "ppo_atari": (["--num-envs", "2", "--total-timesteps", "512"], 1),
+    "ppo_rnn": (
+        ["--env-id", "CartPoleNoVelocity-v1", "--num-envs", "2", "--num-minibatches", "2", "--total-timesteps", "512"],
+        3,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_save_model_then_evaluate(tmp_path, name):
+    flags, episodes = SAVE_THEN_EVALUATE[name]
+    result = run_script(name, *flags, "--save-model", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (checkpoint_path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    obs_rms = torch.load(checkpoint_path, weights_only=True)["env_stats"]["obs_rms"]
+    if name == "ppo_continuous_action":
+        assert obs_rms["count"] > 1000  # the normalization statistics travel with the agent
+    else:
+        assert obs_rms is None  # frames and CartPole's observations are not normalized
+    evaluation = run_script(name, "--eval-checkpoint", checkpoint_path, "--eval-episodes", str(episodes), cwd=tmp_path)
+    assert evaluation.returncode == 0, evaluation.stderr
+    assert "mean return" in evaluation.stdout and f"over {episodes} episodes" in evaluation.stdout
 
 
 def scalars(run_dir):
@@ -132,7 +159,7 @@ def test_nan_guard_stops_before_writing_a_bad_checkpoint(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = cont.Args(env_id="NaNRewardPendulum-v1", num_steps=128, total_timesteps=2048, num_minibatches=2,
                      update_epochs=1, checkpoint_interval=1)  # fmt: skip
-    with pytest.raises(cont.NonFiniteError) as error:
+    with pytest.raises(run_plumbing.NonFiniteError) as error:
         cont.train(args)
     (path,) = glob.glob("runs/*/agent.pt")
     # steps 1-640 fill updates 1-5; update 6 sees the first NaN reward (step 701)
@@ -145,14 +172,14 @@ def test_nan_guard_stops_before_writing_a_bad_checkpoint(tmp_path, monkeypatch):
 def test_foreign_checkpoint_is_refused(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"model": {}}, foreign)
-    with pytest.raises(cont.ArgError, match="--resume .* was not written by ppo_continuous_action.py"):
+    with pytest.raises(run_plumbing.ArgError, match="--resume .* was not written by ppo_continuous_action.py"):
         cont.train(cont.Args(resume=str(foreign)))
     other_script = tmp_path / "other.pt"
     torch.save({key: None for key in run_plumbing.CHECKPOINT_KEYS} | {"script": "ppo_atari.py"}, other_script)
-    with pytest.raises(cont.ArgError, match="--resume .* was written by ppo_atari.py; load it with that script"):
+    with pytest.raises(run_plumbing.ArgError, match="--resume .* was written by ppo_atari.py; load it with that script"):
         cont.train(cont.Args(resume=str(other_script)))
     truncated = tmp_path / "truncated.pt"
     torch.save({"weights": torch.zeros(1000)}, truncated)
     truncated.write_bytes(truncated.read_bytes()[:200])
-    with pytest.raises(cont.ArgError, match="not a readable checkpoint"):
+    with pytest.raises(run_plumbing.ArgError, match="not a readable checkpoint"):
         cont.train(cont.Args(resume=str(truncated)))

@@ -1,67 +1,19 @@
-"""update_policy, the minibatch loop every script shares (G3, G5, G7, G8, X3), against a step-by-step re-computation
-written from the formulas, on a fixed batch."""
+"""update_policy, the minibatch loop every script shares (G3, G5, G7, G8, X3): against a step-by-step re-computation
+written from the formulas on a fixed batch, KL early stopping, and the surrogate objective it improves, measured from
+the paper's formula."""
 
-from types import SimpleNamespace
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
-from conftest import SCRIPTS, load_script
-from gymnasium.spaces import Box, Discrete
+from conftest import FEED_FORWARD, batch_logprobs, fixed_batch, load_script, make_agent, reference_minibatch_loss, update_case
 
 
-@pytest.fixture(params=[name for name in SCRIPTS if name != "ppo_rnn"])
-def script(request):
-    """The feed-forward scripts; ppo_rnn.py's update (whole sequences, recomputed states) has its own tests."""
+@pytest.fixture(params=FEED_FORWARD)
+def feed_forward(request):
+    """The feed-forward scripts; ppo_rnn.py's minibatches (whole sequences, recomputed states) are checked in test_rnn.py."""
     return load_script(request.param)
-
-
-def observation_and_action_spaces(script):
-    if script.__name__ == "ppo_continuous_action":
-        return Box(-np.inf, np.inf, (11,), np.float32), Box(-1.0, 1.0, (3,), np.float32)
-    return Box(0, 255, (4, 84, 84, 1), np.uint8), Discrete(4)  # Atari frames
-
-
-def make_agent(script, **flags):
-    obs_space, action_space = observation_and_action_spaces(script)
-    torch.manual_seed(0)
-    spaces = SimpleNamespace(single_observation_space=obs_space, single_action_space=action_space)
-    return script.Agent(spaces, script.Args(**flags))
-
-
-def random_obs(space, n, g):
-    if space.dtype == np.uint8:
-        return torch.randint(0, 256, (n,) + space.shape, dtype=torch.uint8, generator=g)
-    return torch.randn((n,) + space.shape, generator=g)
-
-
-def fixed_batch(script, agent, n=64, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    obs = random_obs(observation_and_action_spaces(script)[0], n, g)
-    with torch.no_grad():
-        actions, logprobs, _, values = agent.get_action_and_value(obs)
-    return {
-        "obs": obs,
-        "actions": actions,
-        "logprobs": logprobs,
-        "advantages": torch.randn(n, generator=g) * 3 + 1,
-        "returns": values.flatten() + torch.randn(n, generator=g),
-        "values": values.flatten(),
-    }
-
-
-def reference_minibatch_loss(agent, mb, args, clip_coef):
-    """The reference's loss written out from the formulas, independently of the script's loss functions."""
-    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
-    ratio = (newlogprob - mb["logprobs"]).exp()
-    adv = mb["advantages"]
-    if args.norm_adv:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv).mean()
-    v = newvalue.flatten()
-    v_clipped = mb["values"] + (v - mb["values"]).clamp(-clip_coef, clip_coef)
-    v_loss = 0.5 * torch.max((v - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2).mean()
-    return -surrogate - args.ent_coef * entropy.mean() + args.vf_coef * v_loss
 
 
 def reference_sgd_update(agent, batch, args, lr, clip_coef, minibatch_order):
@@ -79,9 +31,10 @@ def reference_sgd_update(agent, batch, args, lr, clip_coef, minibatch_order):
 
 
 @pytest.mark.parametrize("flags", [{}, {"norm_adv": False}, {"max_grad_norm": 0.0}, {"ent_coef": 0.1, "vf_coef": 1.0}])
-def test_update_matches_hand_written_minibatch_sgd(script, flags):
+def test_update_matches_hand_written_minibatch_sgd(feed_forward, flags):
     """G3 per minibatch, G5 loss composition, G7 minibatches, G8 global-norm clipping: with plain SGD in place of Adam
     the parameters after one epoch of two minibatches equal a step-by-step re-computation."""
+    script = feed_forward
     args = script.Args(num_envs=1, num_steps=64, num_minibatches=2, update_epochs=1, **{"max_grad_norm": 0.05, **flags})
     agent, reference = make_agent(script), make_agent(script)
     batch = fixed_batch(script, agent)
@@ -103,6 +56,10 @@ def test_update_matches_hand_written_minibatch_sgd(script, flags):
         assert any(not torch.allclose(p, q, atol=1e-7) for p, q in zip(agent.parameters(), whole.parameters()))
 
 
+# (learning rate, clip range) of the update: ppo_rnn.py's batch is a real rollout's, with a 0.01-gain policy head
+UPDATE_SETTINGS = {"ppo_continuous_action": (3e-4, 0.2), "ppo_atari": (3e-4, 0.2), "ppo_rnn": (1e-3, 0.1)}
+
+
 class CountingAdam(torch.optim.Adam):
     steps = 0
 
@@ -112,29 +69,33 @@ class CountingAdam(torch.optim.Adam):
 
 
 @pytest.mark.parametrize("target_kl,expected_epochs", [(None, 4), (1e9, 4), (0.0, 1)])
-def test_kl_early_stopping_after_an_epoch(script, target_kl, expected_epochs):
+def test_kl_early_stopping_after_an_epoch(script, tmp_path, monkeypatch, target_kl, expected_epochs):
     """X3: the KL is checked after each whole epoch; a target of 0 stops after the first one."""
-    args = script.Args(num_envs=1, num_steps=64, num_minibatches=4, update_epochs=4, target_kl=target_kl)
-    agent = make_agent(script)
+    agent, batch, args = update_case(script, tmp_path, monkeypatch)
+    args = dataclasses.replace(args, update_epochs=4, target_kl=target_kl)
     optimizer = CountingAdam(agent.parameters(), lr=1e-3)
-    stats = script.update_policy(agent, optimizer, fixed_batch(script, agent), args, 0.2, 1.0)
+    stats = script.update_policy(agent, optimizer, batch, args, UPDATE_SETTINGS[script.__name__][1], 1.0)
     assert stats["epochs"] == expected_epochs
-    assert optimizer.steps == expected_epochs * 4
+    assert optimizer.steps == expected_epochs * args.num_minibatches
 
 
-def test_update_improves_the_surrogate_with_sensible_statistics(script):
-    args = script.Args(num_envs=1, num_steps=64, num_minibatches=4, update_epochs=4)
-    agent = make_agent(script)
-    batch = fixed_batch(script, agent)
+def clipped_surrogate(newlogprob, oldlogprob, advantages, eps):
+    """The paper's L^CLIP = mean(min(r A, clip(r, 1 - eps, 1 + eps) A)), r = exp(log pi - log pi_old), with the
+    advantages normalized to mean 0 and std 1."""
+    r = torch.exp(newlogprob - oldlogprob)
+    a = (advantages - advantages.mean()) / advantages.std()
+    return torch.minimum(r * a, torch.clamp(r, 1 - eps, 1 + eps) * a).mean().item()
 
-    def surrogate():
-        with torch.no_grad():
-            _, newlogprob, _, _ = agent.get_action_and_value(batch["obs"], batch["actions"])
-            adv = script.normalize_advantages(batch["advantages"])
-            return -script.policy_loss(newlogprob, batch["logprobs"], adv, "clip", 0.2, 1.0).item()
 
-    before = surrogate()
-    stats = script.update_policy(agent, torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5), batch, args, 0.2, 1.0)
-    assert surrogate() > before
+def test_update_improves_the_surrogate_with_sensible_statistics(script, tmp_path, monkeypatch):
+    agent, batch, args = update_case(script, tmp_path, monkeypatch)
+    args = dataclasses.replace(args, update_epochs=4)
+    lr, clip_coef = UPDATE_SETTINGS[script.__name__]
+    torch.testing.assert_close(batch_logprobs(agent, batch), batch["logprobs"], rtol=0, atol=1e-5)  # r = 1 to start
+    before = clipped_surrogate(batch_logprobs(agent, batch), batch["logprobs"], batch["advantages"], clip_coef)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5)
+    stats = script.update_policy(agent, optimizer, batch, args, clip_coef, 1.0)
+    assert clipped_surrogate(batch_logprobs(agent, batch), batch["logprobs"], batch["advantages"], clip_coef) > before
     assert 0 <= stats["approx_kl"].item() < 0.1
     assert 0 <= stats["clipfrac"].item() <= 1
+    assert stats["epochs"] == 4
