@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common import atari_wrappers
 from torch.distributions.categorical import Categorical
 
-from run_plumbing import EnvpoolVectorEnv, Run, all_ranks_mean, average_gradients, compiled, main
+from run_plumbing import EnvpoolVectorEnv, Run, all_ranks_mean, average_gradients, compiled, main, rank_seed
 
 gym.register_envs(ale_py)  # the ALE ids exist only once ale_py is registered
 
@@ -104,7 +104,7 @@ class Args:
     max_grad_norm: float = 0.5
     """(G8) clip the global L2 norm of all gradients to this value; 0 turns it off"""
     ortho_init: bool = True
-    """(G9) orthogonal weights (gain sqrt(2) hidden, 0.01 policy output, 1 value output) and zero biases; off: PyTorch's default init"""
+    """(G9) orthogonal weights (gain sqrt(2) hidden, 0.01 policy output, 1 value output) and zero biases; off: PyTorch's default init (the recurrent layer keeps its B3 init either way)"""
     adam_eps: float = 1e-5
     """(G11) the epsilon of Adam (PyTorch's default is 1e-8)"""
 
@@ -234,12 +234,12 @@ class Agent(nn.Module):
             n_flat = cnn(torch.zeros(1, in_channels, height, width)).shape[1]  # 3136 for 84x84
             return nn.Sequential(*cnn, layer_init(nn.Linear(n_flat, 512), ortho=ortho), activation())
 
-        def rnn():  # B2, B3: orthogonal weights (gain 1), zero biases
+        def rnn():  # B2, B3: orthogonal weights (gain 1), zero biases; always, --no-ortho-init (G9) included
             cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](512 if self.pixels else 64, args.rnn_hidden_size)
             for name, param in cell.named_parameters():
-                if ortho and "bias" in name:
+                if "bias" in name:
                     nn.init.constant_(param, 0)
-                elif ortho and "weight" in name:
+                elif "weight" in name:
                     nn.init.orthogonal_(param, 1.0)
             return cell
 
@@ -325,7 +325,8 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 
 
 def normalize_advantages(advantages):
-    """G3, applied to each minibatch."""
+    """G3, applied to each minibatch. torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's numpy std
+    divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
@@ -391,16 +392,15 @@ def env_minibatches(num_steps, num_envs, num_minibatches):
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, loss_fn=ppo_loss):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). loss_fn: ppo_loss or
-    its torch.compile'd twin (--compile). Returns the logged statistics as tensors (no device sync here, except for X3)."""
-    clipfracs = []
+    its torch.compile'd twin (--compile). Returns the logged statistics, each the mean over all minibatches of all
+    epochs, as tensors (no device sync here, except for X3)."""
+    logged = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):
         for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
             mb = {key: value[mb_inds] for key, value in batch.items() if key != "state"}
             mb["state"] = batch["state"][:, mb_env_inds]
-            loss, (pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac) = loss_fn(
-                agent, mb, args, clip_coef, kl_beta
-            )
-            clipfracs.append(clipfrac)
+            loss, mb_stats = loss_fn(agent, mb, args, clip_coef, kl_beta)
+            logged.append(torch.stack(mb_stats))
 
             optimizer.zero_grad()
             loss.backward()
@@ -409,17 +409,11 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
             optimizer.step()
 
-        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # X3 (device sync)
+        approx_kl = mb_stats[4]  # X3 looks at the epoch's last minibatch
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
             break
-    return {
-        "value_loss": v_loss,
-        "policy_loss": pg_loss,
-        "entropy": entropy_loss,
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": torch.stack(clipfracs).mean(),
-        "epochs": epoch + 1,
-    }
+    keys = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
+    return dict(zip(keys, torch.stack(logged).mean(0))) | {"epochs": epoch + 1}
 
 
 def batch_kl(agent, batch):
@@ -449,9 +443,10 @@ def train(args: Args, stop_signals=()):
     current env step, saves a checkpoint, closes everything and returns."""
     run = Run(args, stop_signals)  # --resume, flag checks, torchrun (X2), TensorBoard and wandb
     args, device = run.args, run.device  # a resumed run goes on with its checkpoint's flags
-    random.seed(args.seed + run.rank)  # X2: each rank draws its own numbers
-    np.random.seed(args.seed + run.rank)
-    torch.manual_seed(args.seed + run.rank)
+    seed = rank_seed(args.seed, run.rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     loss_fn = compiled(ppo_loss, device) if args.compile else ppo_loss
 
@@ -469,9 +464,7 @@ def train(args: Args, stop_signals=()):
     dones = torch.zeros((args.num_steps, args.num_envs), device=device)
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
-    next_obs, _ = envs.reset(
-        seed=args.seed + run.rank * args.num_envs + global_step
-    )  # env i of rank r: seed + r * num_envs + i
+    next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
     next_state = initial_state = agent.initial_state(args.num_envs, device)  # B3

@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from glob import glob
 
 import gymnasium as gym
@@ -39,15 +39,47 @@ class NonFiniteError(RuntimeError):
 
 
 def main(args, train, make_envs, Agent):
-    """A script's `__main__`: trains, or with --eval-checkpoint evaluates a saved agent. SIGINT and SIGTERM ask train()
-    to stop with a checkpoint; a bad command line or a NaN ends with one line on stderr instead of a traceback."""
-    stop_signals = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda signum, frame: stop_signals.append(signum))
+    """A script's `__main__`: trains, or with --eval-checkpoint evaluates a saved agent. While training, SIGINT and
+    SIGTERM ask train() to stop with a checkpoint (stop_on_signals); while evaluating they stop it at once. A bad
+    command line or a NaN ends with one line on stderr (printed by rank 0 alone under torchrun) instead of a traceback."""
     try:
-        evaluate(args, make_envs, Agent) if args.eval_checkpoint else train(args, stop_signals)
+        evaluate(args, make_envs, Agent) if args.eval_checkpoint else train(args, stop_on_signals())
     except (ArgError, NonFiniteError) as e:
-        sys.exit(f"error: {e}")
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C while evaluating
+        sys.exit(130)
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        # X2: the run is done and its process group closed, but torch's gloo backend sometimes aborts the interpreter's
+        # teardown ("terminate called without an active exception", in about 1 run of 4 on a busy 2-core machine),
+        # which would fail the torchrun job: a worker whose run has ended leaves without that teardown
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def stop_on_signals():
+    """Makes SIGINT and SIGTERM append their number to the returned list, which train() checks after each env step to
+    stop with a checkpoint. A second Ctrl-C exits at once without one (exit code 130); a SIGINT within a second of the
+    first counts as the same request, since torchrun forwards the terminal's Ctrl-C to its workers, who get two."""
+    stop_signals, first_time = [], []
+
+    def on_signal(signum, frame):
+        rank0 = int(os.environ.get("RANK", 0)) == 0
+        if signum == signal.SIGINT and first_time and time.monotonic() - first_time[0] > 1.0:
+            if rank0:
+                os.write(2, b"\nsecond Ctrl-C: exiting without a checkpoint (the last one written stays as it was)\n")
+            os._exit(130)
+        if not first_time:
+            first_time.append(time.monotonic())
+            if rank0:  # os.write: print() is not safe inside a signal handler
+                os.write(2, b"\nstopping: saving the last finished update (Ctrl-C again to exit without saving)\n")
+        stop_signals.append(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    return stop_signals
 
 
 def seed_everything(seed, torch_deterministic=True):
@@ -56,6 +88,13 @@ def seed_everything(seed, torch_deterministic=True):
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = torch_deterministic
+
+
+def rank_seed(seed, rank):
+    """X2: the seed of rank `rank`'s python, numpy and torch generators (its env i gets this + i). Rank 0 keeps --seed, so
+    a single process is unchanged; rank r > 0 takes a number numpy's SeedSequence derives from (seed, r), so that
+    neighbouring seeds share no stream (with seed + r, seed 1 rank 1 would be seed 2 rank 0)."""
+    return seed if rank == 0 else int(np.random.SeedSequence([seed, rank]).generate_state(1)[0] % 2**31)
 
 
 def compiled(fn, device):
@@ -153,10 +192,11 @@ def env_kind(env_id):
     )
 
 
-def check_args(args) -> None:
+def check_args(args, world_size=1) -> None:
     """Validates the flags and the env id before anything starts; raises ArgError with a one-line message. What a
     script accepts comes from its Args: `env_kinds` (keys of ENV_KINDS) and `minibatch_unit` ("batch_size": any split
-    of the batch; "num_envs": minibatches of whole env sequences)."""
+    of the batch; "num_envs": minibatches of whole env sequences). world_size: the processes under torchrun (X2), each
+    collecting a batch of its own."""
     for flag, (minimum, requirement) in FLAG_MINIMUMS.items():
         if getattr(args, flag, minimum) < minimum:
             raise ArgError(f"--{flag.replace('_', '-')} {requirement}, got {getattr(args, flag)}")
@@ -166,8 +206,11 @@ def check_args(args) -> None:
         if args.minibatch_unit == "batch_size":
             of = f"the batch of --num-envs {args.num_envs} x --num-steps {args.num_steps} = {whole}"
         raise ArgError(f"--num-minibatches {args.num_minibatches} does not divide {of}; choose a divisor of {whole}")
-    if args.total_timesteps < args.batch_size:
-        raise ArgError(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size}); raise it")
+    if args.total_timesteps < args.batch_size * world_size:
+        batch = f"one batch ({args.batch_size})"
+        if world_size > 1:
+            batch = f"one update of {world_size} processes ({world_size} x {args.batch_size} = {args.batch_size * world_size})"
+        raise ArgError(f"--total-timesteps {args.total_timesteps} is less than {batch}; raise it")
     if args.torch_threads < 0:
         raise ArgError(f"--torch-threads {args.torch_threads}: pass a positive count, or 0 for torch's default")
     if not (0 <= args.gamma <= 1 and 0 <= args.gae_lambda <= 1):
@@ -210,6 +253,7 @@ class Run:
     update), `finish`."""
 
     def __init__(self, args, stop_signals=()):
+        world_size = int(os.environ.get("WORLD_SIZE", 1))  # X2: torchrun's processes
         self.resumed = load_checkpoint(args.resume, "--resume", args) if args.resume else None
         if self.resumed is not None:
             default = type(args)()
@@ -220,8 +264,15 @@ class Run:
             ]
             if changed:
                 raise ArgError(f"--resume continues the run with its own flags; drop {' '.join(changed)}")
+            saved = self.resumed.get("world_size", 1), self.resumed.get("local_world_size", 1)
+            if saved[0] != world_size:  # the schedules and the step budget are counted in updates of all processes
+                processes = f"{saved[0]} process{'es' if saved[0] > 1 else ''}"
+                raise ArgError(
+                    f"--resume {args.resume} continues a run of {processes}, not {world_size}; continue it with: "
+                    + resume_command(args.script, args.resume, *saved)
+                )
             args = replace(type(args)(**self.resumed["args"]), resume=args.resume)  # the run continues with its own flags
-        check_args(args)
+        check_args(args, world_size)
         self.rank, self.world_size, self.device = distributed_setup(args.cuda)  # X2
         if args.torch_threads > 0:
             torch.set_num_threads(args.torch_threads)
@@ -272,20 +323,27 @@ class Run:
             set_env_statistics(envs, self.resumed["env_stats"])
             set_rng_state(self.resumed["rng"])  # rank 0's; the other ranks draw their own numbers
             if self.rank > 0:
-                seed_everything(self.args.seed + self.rank + self.resumed["global_step"], self.args.torch_deterministic)
+                seed_everything(rank_seed(self.args.seed + self.resumed["global_step"], self.rank), self.args.torch_deterministic)
             iteration, global_step = self.resumed["iteration"] + 1, self.resumed["global_step"]
             self.kl_beta = self.resumed["kl_beta"]
-            print(f"resumed {self.name} after update {iteration - 1} (step {global_step}); the envs start new episodes")
+            if self.rank == 0:
+                print(f"resumed {self.name} after update {iteration - 1} (step {global_step}); the envs start new episodes")
         if self.world_size > 1:
             for param in agent.parameters():
                 dist.broadcast(param.data, src=0)  # X2: all ranks start from rank 0's parameters
         self.start_time = self.last_print = time.time()
         self.start_step, self.done_iteration, self.done_step = global_step, iteration - 1, global_step
+        self.episode_steps = np.zeros(envs.num_envs, dtype=np.int64)
+        self.keep_state()
         return iteration, global_step, self.kl_beta
 
     def record_episodes(self, infos, global_step):
-        """Keeps the return and length of the episodes that ended in this env step, for the next log()."""
-        self.episodes += [(global_step, r, length) for r, length in finished_episodes(infos)]
+        """Keeps the return and length of the episodes that ended in this env step, for the next log(). The length
+        counts the agent's steps only, not those the Atari wrappers take at a reset (A2's FIRE presses, A3's no-op)."""
+        self.episode_steps += 1
+        for i, episodic_return in finished_episodes(infos):
+            self.episodes.append((global_step, episodic_return, int(self.episode_steps[i])))
+            self.episode_steps[i] = 0
 
     def should_stop(self, last_step_of_rollout):
         """Whether SIGINT or SIGTERM has come (to any rank: X2 ranks agree once per rollout, not every step)."""
@@ -338,23 +396,43 @@ class Run:
             self.videos_logged = log_videos(self.name, self.videos_logged)
 
     def checkpoint(self, iteration, global_step, kl_beta):
-        """Marks an update as finished; writes the checkpoint every --checkpoint-interval updates."""
+        """Marks an update as finished (X2: the ranks agree on their env statistics); writes the checkpoint every
+        --checkpoint-interval updates."""
         self.done_iteration, self.done_step, self.kl_beta = iteration, global_step, kl_beta
+        if self.world_size > 1:
+            average_env_statistics(self.envs, self.world_size, self.device)
+        self.keep_state()
         if self.rank == 0 and self.checkpoint_interval and iteration % self.checkpoint_interval == 0:
             self.save()
 
+    def keep_state(self):
+        """The RNG states, env statistics and learning rates at the end of the last finished update: a checkpoint
+        written after a stop signal saves these, not what the dropped rollout has since made of them."""
+        if self.rank == 0:
+            learning_rates = [group["lr"] for group in self.optimizer.param_groups]
+            self.kept = {"rng": rng_state(), "env_stats": env_statistics(self.envs), "lr": learning_rates}
+
     def save(self):
+        optimizer = self.optimizer.state_dict()  # its param_groups are copies
+        for group, lr in zip(optimizer["param_groups"], self.kept["lr"]):
+            group["lr"] = lr  # G6 may have annealed it for the rollout the stop dropped
         save_checkpoint(
             self.checkpoint_path,
-            self.agent,
-            self.optimizer,
-            self.envs,
-            self.args,
-            self.name,
-            self.done_iteration,
-            self.done_step,
-            self.kl_beta,
-            self.wandb_id,
+            {
+                "script": self.args.script,
+                "model": self.agent.state_dict(),
+                "optimizer": optimizer,
+                "env_stats": self.kept["env_stats"],
+                "rng": self.kept["rng"],
+                "args": asdict(self.args),
+                "run_name": self.name,
+                "iteration": self.done_iteration,
+                "global_step": self.done_step,
+                "kl_beta": self.kl_beta,
+                "wandb_id": self.wandb_id,
+                "world_size": self.world_size,  # X2: a resumed run must have as many processes
+                "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+            },
         )
 
     def finish(self):
@@ -364,7 +442,9 @@ class Run:
             self.save()
             print(f"saved the agent after update {self.done_iteration} (step {self.done_step}) to {self.checkpoint_path}")
         if self.rank == 0 and self.stopping:
-            print(f"stopped by a signal; continue with: python {self.args.script} --resume {self.checkpoint_path}")
+            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+            command = resume_command(self.args.script, self.checkpoint_path, self.world_size, local_world_size)
+            print(f"stopped by a signal; continue with: {command}")
         self.envs.close()
         if self.track and self.args.capture_video:
             log_videos(self.name, self.videos_logged)
@@ -380,13 +460,26 @@ class Run:
 
 
 def finished_episodes(infos):
-    """(return, length) of each episode that ended in this step: with SAME_STEP autoreset its statistics are in
+    """(env index, return) of each episode that ended in this step: with SAME_STEP autoreset its statistics are in
     infos["final_info"]."""
     final_info = infos.get("final_info", {})
     if "episode" not in final_info:
         return []
-    done = final_info["_episode"]
-    return list(zip(final_info["episode"]["r"][done].tolist(), final_info["episode"]["l"][done].tolist()))
+    ended = np.flatnonzero(final_info["_episode"])
+    return list(zip(ended.tolist(), final_info["episode"]["r"][ended].tolist()))
+
+
+def resume_command(script, path, world_size, local_world_size):
+    """The command that continues a run of `world_size` processes, `local_world_size` of them on each machine (X2)."""
+    if world_size == 1:
+        return f"python {script} --resume {path}"
+    nodes = world_size // local_world_size
+    if nodes == 1:
+        return f"torchrun --nproc-per-node {world_size} {script} --resume {path}"
+    return (
+        f"torchrun --nnodes {nodes} --nproc-per-node {local_world_size} --rdzv-backend c10d --rdzv-endpoint HOST:29400 "
+        f"{script} --resume {path} (on each machine; HOST: the first one)"
+    )
 
 
 def log_videos(run_name, logged):
@@ -436,27 +529,23 @@ CHECKPOINT_KEYS = {
     "global_step",
     "kl_beta",
     "wandb_id",
-}
+}  # and since issue 15 "world_size" and "local_world_size" (X2), 1 where a checkpoint has none
 
 
-def save_checkpoint(path, agent, optimizer, envs, args, run_name, iteration, global_step, kl_beta, wandb_id):
-    """Everything needed to act and to continue training, written to a temporary file and renamed: an interrupted
-    write leaves the previous checkpoint whole."""
-    checkpoint = {
-        "script": args.script,
-        "model": agent.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "env_stats": env_statistics(envs),
-        "rng": rng_state(),
-        "args": asdict(args),
-        "run_name": run_name,
-        "iteration": iteration,
-        "global_step": global_step,
-        "kl_beta": kl_beta,
-        "wandb_id": wandb_id,
-    }
-    torch.save(checkpoint, path + ".tmp")
+def save_checkpoint(path, checkpoint):
+    """Writes `checkpoint` (a dict with CHECKPOINT_KEYS) durably: to a temporary file, flushed to disk, renamed over
+    `path`, then the rename flushed too, so that a crash or a power cut at any point leaves the old checkpoint or the
+    new one, never a torn file."""
+    with open(path + ".tmp", "wb") as f:
+        torch.save(checkpoint, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename is an entry of the folder
+    finally:
+        os.close(folder)
 
 
 def load_checkpoint(path, flag, args):
@@ -472,6 +561,13 @@ def load_checkpoint(path, flag, args):
         raise ArgError(f"{flag} {path} was not written by {args.script}")
     if checkpoint["script"] != args.script:
         raise ArgError(f"{flag} {path} was written by {checkpoint['script']}; load it with that script")
+    unknown = sorted(set(checkpoint["args"]) - {field.name for field in fields(args)})
+    if unknown:
+        names = " ".join(f"--{key.replace('_', '-')}" for key in unknown)
+        raise ArgError(
+            f"{flag} {path} was written by another version of {args.script}, with flags this one does not have "
+            f"({names}); load it with the version that wrote it"
+        )
     return checkpoint
 
 
@@ -485,6 +581,7 @@ def evaluate(args, make_envs, Agent):
     `args`. A recurrent agent (one with initial_state) carries its state from step to step (B3). Prints and returns the
     episodic returns."""
     checkpoint = load_checkpoint(args.eval_checkpoint, "--eval-checkpoint", args)
+    print(f"evaluating {args.eval_checkpoint} over {args.eval_episodes} episodes", flush=True)
     train_args = replace(
         type(args)(**checkpoint["args"]), num_envs=1, num_minibatches=1, capture_video=args.capture_video, seed=args.seed
     )
@@ -507,7 +604,7 @@ def evaluate(args, make_envs, Agent):
                 action, _, _, _, state = agent.get_action_and_value(obs, state, next_done)
         next_obs, _, terminations, truncations, infos = envs.step(action.numpy())
         next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
-        episodic_returns += [episodic_return for episodic_return, _ in finished_episodes(infos)]
+        episodic_returns += [episodic_return for _, episodic_return in finished_episodes(infos)]
     envs.close()
     print(
         f"eval {args.eval_checkpoint}: mean return {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f} over {len(episodic_returns)} episodes"
@@ -563,9 +660,23 @@ def env_statistics(envs):
         for key in stats:
             if hasattr(envs, key) and stats[key] is None:
                 rms = getattr(envs, key)
-                stats[key] = {"mean": torch.as_tensor(rms.mean), "var": torch.as_tensor(rms.var), "count": float(rms.count)}
+                stats[key] = {"mean": torch.tensor(rms.mean), "var": torch.tensor(rms.var), "count": float(rms.count)}  # copies
         envs = envs.env
     return stats
+
+
+def average_env_statistics(envs, world_size, device):
+    """X2: replaces each rank's normalization statistics (M1, M3) by those of all ranks' values together: the mean of
+    the ranks' means, and the mean of each rank's variance plus its mean's squared distance from that mean. Since the
+    ranks agreed last, each has counted equally many values, so this is what one process seeing every rank's values
+    would hold (with the count of one rank, which keeps the weight of later values the same)."""
+    stats = env_statistics(envs)
+    for rms in stats.values():
+        if rms is not None:
+            mean = all_ranks_mean(rms["mean"].to(device, torch.float64, copy=True), world_size)  # in place: a copy
+            var = all_ranks_mean(rms["var"].to(device, torch.float64) + (rms["mean"].to(device) - mean) ** 2, world_size)
+            rms["mean"], rms["var"] = mean.cpu(), var.cpu()
+    set_env_statistics(envs, stats)
 
 
 def set_env_statistics(envs, stats, frozen=False):
@@ -595,31 +706,14 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
     """G10's envpool backend for Atari games behind the interface of the gymnasium ones. envpool runs the game and
     A1-A7 in C++ (set from the same flags) but autoresets on the step after an episode ends; here a done env is reset
     at once by a step of that env alone, so that, as with SAME_STEP, every step is a transition and the last observation
-    is in infos["final_obs"]. Frames come as ([stack,] H, W, C), and the real game's return (raw rewards, all lives) and
-    length in infos["final_info"]["episode"], as RecordEpisodeStatistics gives them."""
+    is in infos["final_obs"], and the frame stack (A6) of an env that lost a life starts afresh, as the gymnasium
+    wrappers' does. Frames come as ([stack,] H, W, C), and the real game's return (raw rewards, all lives) and length in
+    infos["final_info"]["episode"], as RecordEpisodeStatistics gives them. reset(seed=s) seeds env i with s + i (envpool
+    takes seeds when it is made, so a new seed makes the pool again)."""
 
     def __init__(self, args):
-        import envpool
-
-        spec = gym.spec(args.env_id)
-        task_id = "".join(word.capitalize() for word in spec.kwargs["game"].split("_")) + "-v5"
-        self.envs = envpool.make(
-            task_id,
-            env_type="gymnasium",
-            num_envs=args.num_envs,
-            seed=args.seed,
-            noop_max=args.noop_max,  # A1
-            use_fire_reset=args.fire_reset,  # A2
-            episodic_life=args.episodic_life,  # A3
-            frame_skip=args.frame_skip,  # A4
-            img_height=84 if args.warp_frame else 210,  # A5
-            img_width=84 if args.warp_frame else 160,
-            gray_scale=args.warp_frame,
-            stack_num=args.frame_stack,  # A6
-            reward_clip=args.clip_reward_sign,  # A7
-            repeat_action_probability=spec.kwargs.get("repeat_action_probability", 0.0),
-            max_episode_steps=spec.kwargs.get("max_num_frames_per_episode", 108_000) // args.frame_skip,
-        )
+        self.args, self.seed = args, args.seed
+        self.envs = self.make_pool(args.seed)
         self.num_envs, self.frame_stack = args.num_envs, args.frame_stack
         self.channels = 1 if args.warp_frame else 3
         shape = self.envs.observation_space.shape[1:]  # (stack * channels, H, W)
@@ -632,12 +726,38 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         self.episode_returns = np.zeros(self.num_envs)
         self.episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
 
+    def make_pool(self, seed):
+        import envpool
+
+        args, spec = self.args, gym.spec(self.args.env_id)
+        task_id = "".join(word.capitalize() for word in spec.kwargs["game"].split("_")) + "-v5"
+        return envpool.make(
+            task_id,
+            env_type="gymnasium",
+            num_envs=args.num_envs,
+            seed=seed % 2**31,  # a C++ int
+            noop_max=args.noop_max,  # A1
+            use_fire_reset=args.fire_reset,  # A2
+            episodic_life=args.episodic_life,  # A3
+            frame_skip=args.frame_skip,  # A4
+            img_height=84 if args.warp_frame else 210,  # A5
+            img_width=84 if args.warp_frame else 160,
+            gray_scale=args.warp_frame,
+            stack_num=args.frame_stack,  # A6
+            reward_clip=args.clip_reward_sign,  # A7
+            repeat_action_probability=spec.kwargs.get("repeat_action_probability", 0.0),
+            max_episode_steps=spec.kwargs.get("max_num_frames_per_episode", 108_000) // args.frame_skip,
+        )
+
     def frames(self, obs):
         """(N, stack * C, H, W) -> (N, [stack,] H, W, C), the layout of the gymnasium backends."""
         obs = obs.reshape((len(obs), self.frame_stack, self.channels) + obs.shape[-2:]).transpose(0, 1, 3, 4, 2)
         return obs[:, 0] if self.frame_stack == 1 else obs
 
     def reset(self, *, seed=None, options=None):
+        if seed is not None and seed != self.seed:
+            self.envs.close()
+            self.envs, self.seed = self.make_pool(seed), seed
         obs, _ = self.envs.reset()
         self.episode_returns[:], self.episode_lengths[:] = 0, 0
         return self.frames(obs), {}
@@ -659,6 +779,9 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
             reset_obs, _, _, _, reset_info = self.envs.step(np.zeros(len(ids), dtype=np.int32), ids)
             obs = obs.copy()
             obs[reset_info["env_id"]] = reset_obs
+            # A6: a new episode's stack holds its first frame only; envpool keeps the lost life's frames in it
+            stacks = obs.reshape((len(obs), self.frame_stack, -1) + obs.shape[-2:])  # a view of obs
+            stacks[ids] = stacks[ids, -1:]
         return self.frames(obs), rewards, terminations, truncations, infos
 
     def close(self, **kwargs):

@@ -4,6 +4,7 @@ semantics and the same episode statistics: whole games (all lives) of raw reward
 import numpy as np
 import pytest
 from conftest import load_script
+from run_plumbing import rank_seed
 
 atari = load_script("ppo_atari")
 BACKENDS = ["sync", "async", "envpool"]
@@ -67,3 +68,41 @@ def test_async_matches_sync_frame_for_frame():
         runs.append(np.stack(frames))
         envs.close()
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_new_life_starts_a_fresh_frame_stack(backend):
+    """A6 after A3: the observation that starts a new life (or game) stacks its first frame only, nothing of the life
+    before, in every backend (envpool's own stack keeps the lost life's frames; the adapter starts it afresh)."""
+    envs = atari.make_envs(atari.Args(num_envs=2, vector_env=backend), "test")
+    obs, _ = envs.reset(seed=1)
+    assert all(np.array_equal(o[k], o[-1]) for o in obs for k in range(4))
+    rng, starts = np.random.default_rng(0), 0
+    for _ in range(400):
+        obs, _, terminations, truncations, _ = envs.step(rng.integers(0, 4, size=2))
+        for i in np.flatnonzero(terminations | truncations):
+            assert all(np.array_equal(obs[i][k], obs[i][-1]) for k in range(3)), f"env {i}: frames of the life before"
+            starts += 1
+        if starts >= 4:
+            break
+    assert starts >= 4
+    envs.close()
+
+
+def first_frames(backend, seed, steps=60):
+    envs = atari.make_envs(atari.Args(num_envs=2, vector_env=backend), "test")
+    obs, _ = envs.reset(seed=seed)
+    frames = [obs]
+    for t in range(steps):
+        frames.append(envs.step(np.array([t % 4, (t + 1) % 4]))[0])
+    envs.close()
+    return np.stack(frames)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reset_seed_decides_the_episodes(backend):
+    """reset(seed=s) gives the same frames for the same s and other frames for another: under torchrun each rank's
+    envs, seeded with the rank's seed, play their own episodes (envpool, seeded when made, is made again)."""
+    same, other = first_frames(backend, 1), first_frames(backend, rank_seed(1, 1))
+    np.testing.assert_array_equal(same, first_frames(backend, 1))
+    assert not np.array_equal(same, other)

@@ -34,3 +34,17 @@ def test_capture_video(tmp_path):
     result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "1024", "--capture-video", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
+
+
+@pytest.mark.parametrize("backend", ["sync", "envpool"])
+def test_episode_length_counts_the_agents_steps(tmp_path, monkeypatch, backend):
+    """charts/episodic_length is the number of the agent's steps in a game: with one env, the steps between the ends
+    of consecutive games. The FIRE presses and no-ops the wrappers take themselves at each reset do not count."""
+    monkeypatch.chdir(tmp_path)
+    args = atari.Args(num_envs=1, num_steps=128, total_timesteps=768, num_minibatches=1, update_epochs=1, vector_env=backend)
+    atari.train(args)
+    (run_dir,) = glob.glob("runs/*")
+    lengths = read_scalars(run_dir, "charts/episodic_length")
+    assert len(lengths) >= 2  # a random Breakout game lasts some 150 steps
+    ends = [0] + [step for step, _ in lengths]
+    assert [length for _, length in lengths] == [end - previous for previous, end in zip(ends, ends[1:])]

@@ -25,29 +25,36 @@ DEFAULT_STACK = ["ClipReward", "NormalizeReward", "NormalizeObservation", "ClipA
     [
         ({}, None),
         ({"norm_obs": False}, "NormalizeObservation"),
-        ({"norm_reward": False}, "NormalizeReward"),
+        ({"norm_reward": False}, ("NormalizeReward", "ClipReward")),  # M4 clips only what M3 scaled, as the reference
         ({"clip_reward": 0.0}, "ClipReward"),
         ({"clip_action": False}, "ClipAction"),
     ],
 )
 def test_each_flag_removes_exactly_its_wrapper(cont, flags, removed):
     envs = cont.make_envs(cont.Args(env_id="Pendulum-v1", num_envs=2, **flags), "test")
-    expected = [name for name in DEFAULT_STACK if name != removed]
+    expected = [name for name in DEFAULT_STACK if name not in (removed or ())]
     assert wrapper_types(envs) == expected
     envs.close()
 
 
-def compare_with_vecnormalize(cont, env_id, steps, check_reward=True):
+def compare_with_vecnormalize(cont, env_id, steps, check_reward=True, norm_reward=True):
     """Steps our wrapped envs and SB3's VecNormalize over the same 2 seeded envs with the same random actions; returns
-    the number of episode ends seen."""
-    ours = cont.make_envs(cont.Args(env_id=env_id, num_envs=2, gamma=0.99), "test")
-    ref = VecNormalize(DummyVecEnv([lambda: gym.make(env_id)] * 2), gamma=0.99, clip_obs=10.0, clip_reward=10.0, epsilon=1e-8)
+    the number of episode ends seen and the lowest reward."""
+    ours = cont.make_envs(cont.Args(env_id=env_id, num_envs=2, gamma=0.99, norm_reward=norm_reward), "test")
+    ref = VecNormalize(
+        DummyVecEnv([lambda: gym.make(env_id)] * 2),
+        norm_reward=norm_reward,
+        gamma=0.99,
+        clip_obs=10.0,
+        clip_reward=10.0,
+        epsilon=1e-8,
+    )
     ref.seed(5)
     obs, _ = ours.reset(seed=5)
     np.testing.assert_allclose(obs, ref.reset(), rtol=1e-5, atol=1e-5)
     rng = np.random.default_rng(0)
     act_dim = ours.single_action_space.shape[0]
-    episode_ends = 0
+    episode_ends, lowest_reward = 0, np.inf
     for _ in range(steps):
         action = rng.uniform(-1, 1, size=(2, act_dim)).astype(np.float32)
         obs, reward, terminations, truncations, infos = ours.step(action)
@@ -55,25 +62,33 @@ def compare_with_vecnormalize(cont, env_id, steps, check_reward=True):
         np.testing.assert_allclose(obs, ref_obs, rtol=1e-4, atol=1e-5)
         if check_reward:
             np.testing.assert_allclose(reward, ref_reward, rtol=1e-4, atol=1e-6)
+        lowest_reward = min(lowest_reward, reward.min())
         np.testing.assert_array_equal(terminations | truncations, ref_dones)
         for i in np.flatnonzero(ref_dones):
             np.testing.assert_allclose(infos["final_obs"][i], ref_infos[i]["terminal_observation"], rtol=1e-4, atol=1e-5)
             episode_ends += 1
     ours.close()
-    return episode_ends
+    return episode_ends, lowest_reward
 
 
 def test_observation_normalization_matches_stable_baselines3(cont):
     """M1, M2: one set of statistics shared by 2 envs equals SB3's VecNormalize (a port of the reference's) step by
     step through episode ends (Hopper falls quickly under random actions), the normalized final observations included."""
-    assert compare_with_vecnormalize(cont, "Hopper-v5", 300, check_reward=False) >= 4
+    assert compare_with_vecnormalize(cont, "Hopper-v5", 300, check_reward=False)[0] >= 4
 
 
 def test_reward_scaling_matches_stable_baselines3(cont, monkeypatch):
     """M3, M4 equal VecNormalize's across time-limit ends. (At a termination gymnasium's NormalizeReward restarts the
     discounted return before counting the step, the reference after: the statistics differ there; see the README.)"""
     monkeypatch.setattr(gym.envs.registration.registry["HalfCheetah-v5"], "max_episode_steps", 40)  # it never terminates
-    assert compare_with_vecnormalize(cont, "HalfCheetah-v5", 200) >= 8
+    assert compare_with_vecnormalize(cont, "HalfCheetah-v5", 200)[0] >= 8
+
+
+def test_without_reward_scaling_nothing_is_clipped(cont):
+    """M3 off (the M3 ablation): the rewards are the env's own, as VecNormalize(norm_reward=False) gives them, with
+    nothing clipped: Pendulum's rewards reach -16, below M4's bound of 10."""
+    episode_ends, lowest_reward = compare_with_vecnormalize(cont, "Pendulum-v1", 250, norm_reward=False)
+    assert episode_ends == 2 and lowest_reward < -10
 
 
 def test_clipping_bounds_hold(cont):

@@ -4,15 +4,18 @@ every rank's steps and episodes while only rank 0 logs."""
 
 import glob
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import ROOT, SCRIPTS, fixed_batch, load_script, make_agent, read_scalars, reference_minibatch_loss
+from run_plumbing import ArgError, average_env_statistics, env_statistics, rank_seed
 
 WORLD_SIZE = 2
 
@@ -142,3 +145,117 @@ def test_torchrun_counts_every_ranks_steps_and_episodes(tmp_path):
     episode_steps = [step for step, _ in read_scalars(run_dir, "charts/episodic_return")]
     assert len(episode_steps) == 10 and episode_steps == sorted(episode_steps)
     assert np.unique(episode_steps).tolist() == [400, 800, 1200, 1600, 2000]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# stop and resume under torchrun, the step budget, seeds, and the normalization statistics of all ranks
+
+PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "1"]
+
+
+def torchrun(*flags, nproc=2):
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
+            str(free_port()), str(ROOT / "ppo_continuous_action.py"), *flags]  # fmt: skip
+
+
+def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
+    """Ctrl-C reaches torchrun and both workers (and torchrun forwards it again): the workers save the last finished
+    update once and print the torchrun command that continues it. A single process refuses that checkpoint, naming
+    the command; the torchrun command continues the same run and schedule to the step budget."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    total = 2 * 128 * 100  # 100 updates of 2 ranks: 10-30 s
+    proc = subprocess.Popen(torchrun(*PENDULUM, "--total-timesteps", str(total), "--checkpoint-interval", "1"), cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.time() + 120
+    while not glob.glob(str(tmp_path / "runs" / "*" / "agent.pt")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends on Ctrl-C
+    out, err = proc.communicate(timeout=120)
+    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    path = os.path.relpath(path, tmp_path)
+    checkpoint = torch.load(tmp_path / path, weights_only=True)
+    assert 1 <= checkpoint["iteration"] < 100 and checkpoint["world_size"] == 2, err[-2000:]
+    assert out.count("stopped by a signal") == 1, out + err[-2000:]
+    assert f"continue with: torchrun --nproc-per-node 2 ppo_continuous_action.py --resume {path}" in out
+
+    single = subprocess.run([sys.executable, str(ROOT / "ppo_continuous_action.py"), "--resume", path], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert single.returncode == 1 and single.stderr.count("\n") == 1, single.stderr
+    assert "continues a run of 2 processes, not 1" in single.stderr and "torchrun --nproc-per-node 2" in single.stderr
+
+    resumed = subprocess.run(torchrun("--resume", path), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.count(f"resumed {checkpoint['run_name']}") == 1  # rank 0 alone says it
+    run_dir = tmp_path / os.path.dirname(path)
+    assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [256 * k for k in range(1, 101)]
+    lrs = [value for _, value in read_scalars(run_dir, "charts/learning_rate")]
+    np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 100) for k in range(100)], rtol=1e-5)  # G6 goes on where it was
+
+
+def test_an_error_is_printed_once_under_torchrun(tmp_path):
+    result = subprocess.run(torchrun(*PENDULUM, "--num-minibatches", "7"), cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.count("error: --num-minibatches 7 does not divide") == 1, result.stderr[-3000:]
+
+
+def test_step_budget_counts_the_batches_of_all_ranks(tmp_path, monkeypatch):
+    """With 2 ranks an update takes 2 batches: a budget of 1.5 batches would run no update, so it is refused before
+    any process joins (no rendezvous is needed to fail)."""
+    cont = load_script("ppo_continuous_action")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(ArgError, match=r"--total-timesteps 192 is less than one update of 2 processes \(2 x 128 = 256\)"):
+        cont.train(cont.Args(env_id="Pendulum-v1", num_steps=128, num_minibatches=4, total_timesteps=192))
+
+
+def test_rank_seeds_never_collide():
+    """seed + rank would give seed 1 rank 1 the streams of seed 2 rank 0. Over seeds 1-200 and 8 ranks, the ranks'
+    seeds are all distinct, and the env seeds of a rank > 0 (its seed + env index, 8 envs) are no other run's or rank's.
+    Rank 0 keeps --seed (a single process is unchanged: env i gets seed + i, as in CleanRL)."""
+    assert [rank_seed(seed, 0) for seed in range(5)] == list(range(5))
+    seeds = {(seed, rank): rank_seed(seed, rank) for seed in range(1, 201) for rank in range(8)}
+    assert len(set(seeds.values())) == len(seeds)
+    env_seeds = {key: {s + i for i in range(8)} for key, s in seeds.items()}
+    everyone = [s for envs in env_seeds.values() for s in envs]
+    counts = dict(zip(*np.unique(everyone, return_counts=True)))
+    assert all(counts[s] == 1 for (seed, rank), envs in env_seeds.items() if rank > 0 for s in envs)
+    assert all(0 <= s < 2**31 for s in seeds.values())
+
+
+def stats_worker(rank, port, tmp_path):
+    """Each rank counts observations and returns of its own distribution, twice, agreeing with the other rank after
+    each round; saves what it holds."""
+    as_rank(rank, port, tmp_path)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
+    cont = load_script("ppo_continuous_action")
+    envs = cont.make_envs(cont.Args(env_id="Pendulum-v1"), "stats")
+    for data in rank_data(rank):
+        for key, field in (("obs_rms", "obs"), ("return_rms", "returns")):  # M1's and M3's statistics
+            wrapper = envs
+            while not hasattr(wrapper, key):
+                wrapper = wrapper.env
+            getattr(wrapper, key).update(data[field])  # as the wrapper updates them
+        average_env_statistics(envs, WORLD_SIZE, torch.device("cpu"))
+    torch.save(env_statistics(envs), tmp_path / f"stats{rank}.pt")
+    torch.distributed.destroy_process_group()
+
+
+def rank_data(rank):
+    g = np.random.default_rng(rank)
+    return [{"obs": g.normal(rank * 3.0, 1 + rank, size=(n, 3)), "returns": g.normal(-rank, 2 + rank, size=n)} for n in (50, 70)]
+
+
+def test_ranks_agree_on_the_statistics_of_all_ranks(tmp_path):
+    """X2: after each update every rank holds the mean and variance of every rank's values together, computed here
+    with numpy from all the values (RunningMeanStd's start, count 1e-4 at mean 0 and var 1, weighs nothing here)."""
+    mp.spawn(stats_worker, args=(free_port(), tmp_path), nprocs=WORLD_SIZE)
+    stats = [torch.load(tmp_path / f"stats{rank}.pt", weights_only=True) for rank in range(WORLD_SIZE)]
+    assert_same = lambda a, b: torch.testing.assert_close(a, b, rtol=0, atol=0)  # noqa: E731
+    for key, field in (("obs_rms", "obs"), ("return_rms", "returns")):
+        values = np.concatenate([data[field] for rank in range(WORLD_SIZE) for data in rank_data(rank)])
+        assert_same(stats[0][key]["mean"], stats[1][key]["mean"])
+        assert_same(stats[0][key]["var"], stats[1][key]["var"])
+        np.testing.assert_allclose(stats[0][key]["mean"].numpy(), values.mean(0), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(stats[0][key]["var"].numpy(), values.var(0), rtol=1e-4, atol=1e-4)

@@ -183,3 +183,151 @@ def test_foreign_checkpoint_is_refused(tmp_path):
     truncated.write_bytes(truncated.read_bytes()[:200])
     with pytest.raises(run_plumbing.ArgError, match="not a readable checkpoint"):
         cont.train(cont.Args(resume=str(truncated)))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# what a stop saves, how it is written, and what stops
+
+
+STOP_REQUESTS = []  # the stop_signals list of the run that the env below interrupts
+
+
+class StopsMidRollout(gym.Wrapper):
+    """Pendulum that asks the run to stop (as a SIGTERM would) at its 150th step: in the third 64-step rollout."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 150:
+            STOP_REQUESTS.append(signal.SIGTERM)
+        return self.env.step(action)
+
+
+gym.register("StopsMidRolloutPendulum-v1", entry_point=lambda **kw: StopsMidRollout(gym.make("Pendulum-v1", **kw)))
+
+
+def test_stop_saves_the_last_finished_update_as_it_was(tmp_path, monkeypatch):
+    """A stop in the middle of rollout 3 saves update 2 exactly as the uninterrupted run had it when update 2 finished:
+    parameters, optimizer, counters, and also the normalization statistics and RNG states, which the dropped rollout
+    had moved on. Resuming either checkpoint is then the same run."""
+    written = {}
+    save = run_plumbing.save_checkpoint
+
+    def keep_each(path, checkpoint):
+        save(path, checkpoint)
+        written[(os.path.basename(os.getcwd()), checkpoint["iteration"])] = torch.load(path, weights_only=True)
+
+    monkeypatch.setattr(run_plumbing, "save_checkpoint", keep_each)
+    args = cont.Args(env_id="StopsMidRolloutPendulum-v1", num_steps=64, total_timesteps=64 * 4, num_minibatches=2,
+                     update_epochs=1, checkpoint_interval=1)  # fmt: skip
+    for run, stop_signals in (("uninterrupted", []), ("stopped", STOP_REQUESTS)):
+        (tmp_path / run).mkdir()
+        monkeypatch.chdir(tmp_path / run)
+        STOP_REQUESTS.clear()
+        cont.train(args, stop_signals)
+    assert STOP_REQUESTS and ("stopped", 3) not in written and ("uninterrupted", 4) in written
+    (stopped,) = glob.glob(str(tmp_path / "stopped" / "runs" / "*" / "agent.pt"))
+    stopped, uninterrupted = torch.load(stopped, weights_only=True), written[("uninterrupted", 2)]
+    assert stopped["iteration"] == 2 and stopped["env_stats"]["obs_rms"]["count"] > 128
+    for key in ("model", "optimizer", "env_stats", "rng", "iteration", "global_step", "kl_beta"):
+        assert_same(stopped[key], uninterrupted[key], key)
+
+
+def assert_same(a, b, where):
+    """a and b are equal to the last bit, through nested dicts, lists and tuples of tensors, arrays and numbers."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    else:
+        assert a == b, where
+
+
+def test_checkpoints_reach_the_disk_before_and_after_the_rename(tmp_path, monkeypatch):
+    """Durable: the new file is flushed to disk (fsync) before it replaces the old one, and the folder after, so a power
+    cut leaves the old checkpoint or the new one."""
+    calls = []
+    fsync, replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: calls.append(("replace", str(a), str(b))) or replace(a, b))
+    path = str(tmp_path / "agent.pt")
+    run_plumbing.save_checkpoint(path, {"model": {"w": torch.ones(3)}})
+    assert calls == [("fsync", path + ".tmp"), ("replace", path + ".tmp", path), ("fsync", str(tmp_path))]
+    assert torch.equal(torch.load(path, weights_only=True)["model"]["w"], torch.ones(3))
+    assert not os.path.exists(path + ".tmp")
+
+
+def test_checkpoint_of_another_version_is_refused_naming_the_flag(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cont.train(cont.Args(env_id="Pendulum-v1", num_steps=64, total_timesteps=64, num_minibatches=2, save_model=True))
+    (path,) = glob.glob("runs/*/agent.pt")
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["args"]["reward_shaping"] = True  # a flag of a later version of the script
+    torch.save(checkpoint, "later.pt")
+    for flag in ("--resume", "--eval-checkpoint"):
+        result = run_script("ppo_continuous_action", flag, "later.pt", cwd=tmp_path)
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"error: {flag} later.pt was written by another version") and "--reward-shaping" in result.stderr
+
+
+def read_until(proc, text, timeout=60):
+    """Reads proc's stdout until a line holds `text`; fails after `timeout` seconds."""
+    import selectors
+
+    selector, deadline = selectors.DefaultSelector(), time.time() + timeout
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    while time.time() < deadline:
+        if selector.select(timeout=deadline - time.time()):
+            line = proc.stdout.readline()
+            if text in line:
+                return
+            assert line, f"the process ended without printing {text!r}"
+    raise AssertionError(f"no {text!r} within {timeout} s")
+
+
+@pytest.mark.parametrize("stop_signal,returncode", [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
+def test_evaluation_stops_at_once_on_a_signal(tmp_path, monkeypatch, stop_signal, returncode):
+    monkeypatch.chdir(tmp_path)
+    cont.train(cont.Args(env_id="Pendulum-v1", num_steps=64, total_timesteps=64, num_minibatches=2, save_model=True))
+    (path,) = glob.glob("runs/*/agent.pt")
+    proc = start(["--eval-checkpoint", path, "--eval-episodes", "1000000"], tmp_path)  # hours of episodes
+    try:
+        read_until(proc, "evaluating")
+        time.sleep(0.5)
+        proc.send_signal(stop_signal)
+        proc.wait(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == returncode
+
+
+SECOND_CTRL_C = """
+import os, signal, sys, time
+import run_plumbing
+stops = run_plumbing.stop_on_signals()
+os.kill(os.getpid(), signal.SIGINT)
+os.kill(os.getpid(), signal.SIGINT)  # a copy torchrun forwards at once: the same request
+time.sleep(0.2)
+print(len(stops), flush=True)
+time.sleep(1.5)
+os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C again, a moment later
+time.sleep(30)
+print("still running")
+"""
+
+
+def test_a_second_ctrl_c_exits_at_once():
+    """While training, the first Ctrl-C asks for a checkpoint and a stop; a second one (not torchrun's forwarded copy
+    of the first) exits at once without saving."""
+    result = subprocess.run([sys.executable, "-c", SECOND_CTRL_C], cwd=ROOT, capture_output=True, text=True, timeout=20)
+    assert result.returncode == 130 and result.stdout == "2\n"
+    assert "Ctrl-C again to exit without saving" in result.stderr and "second Ctrl-C: exiting" in result.stderr

@@ -75,9 +75,10 @@ def test_minibatches_are_whole_env_sequences():
     assert sorted(seen) == list(range(8))  # each env exactly once per epoch
 
 
+@pytest.mark.parametrize("ortho_init", [True, False])  # B3 is always on: --no-ortho-init (G9) leaves it alone
 @pytest.mark.parametrize("rnn_kind,cls", [("lstm", nn.LSTM), ("gru", nn.GRU)])
-def test_recurrent_init_orthogonal_zero_bias_zero_state(rnn_kind, cls):
-    agent = make_agent(rnn, rnn=rnn_kind)
+def test_recurrent_init_orthogonal_zero_bias_zero_state(rnn_kind, cls, ortho_init):
+    agent = make_agent(rnn, rnn=rnn_kind, ortho_init=ortho_init)
     assert isinstance(agent.actor_rnn, cls) and agent.actor_rnn is agent.critic_rnn
     for name, param in agent.actor_rnn.named_parameters():
         if "bias" in name:

@@ -99,3 +99,25 @@ def test_update_improves_the_surrogate_with_sensible_statistics(script, tmp_path
     assert 0 <= stats["approx_kl"].item() < 0.1
     assert 0 <= stats["clipfrac"].item() <= 1
     assert stats["epochs"] == 4
+
+
+def test_logged_statistics_are_the_mean_of_every_minibatch(script, tmp_path, monkeypatch):
+    """The update logs each statistic's mean over all minibatches of all epochs (the reference's np.mean of its
+    minibatch values), not the last minibatch's: recorded here from each minibatch's own loss call."""
+    agent, batch, args = update_case(script, tmp_path, monkeypatch)
+    args = dataclasses.replace(args, update_epochs=3)
+    recorded = []
+
+    def recording_loss(*loss_args):
+        loss, mb_stats = script.ppo_loss(*loss_args)
+        recorded.append([value.item() for value in mb_stats])
+        return loss, mb_stats
+
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
+    stats = script.update_policy(agent, optimizer, batch, args, 0.2, 1.0, loss_fn=recording_loss)
+    assert len(recorded) == 3 * args.num_minibatches
+    expected = np.mean(recorded, axis=0)  # in the order of ppo_loss's statistics
+    keys = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
+    for key, value in zip(keys, expected):
+        assert stats[key].item() == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert stats["value_loss"].item() != pytest.approx(recorded[-1][1], rel=1e-3)  # the last minibatch's differs
