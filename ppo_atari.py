@@ -346,7 +346,7 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
             optimizer.step()
 
-        approx_kl = mb_stats[4]  # X3 looks at the epoch's last minibatch
+        approx_kl = mb_stats[4]  # ppo_loss's 5th statistic: X3 looks at the epoch's last minibatch
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
             break
     keys = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")

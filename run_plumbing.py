@@ -323,7 +323,8 @@ class Run:
             set_env_statistics(envs, self.resumed["env_stats"])
             set_rng_state(self.resumed["rng"])  # rank 0's; the other ranks draw their own numbers
             if self.rank > 0:
-                seed_everything(rank_seed(self.args.seed + self.resumed["global_step"], self.rank), self.args.torch_deterministic)
+                seed = rank_seed(self.args.seed + self.resumed["global_step"], self.rank)
+                seed_everything(seed, self.args.torch_deterministic)
             iteration, global_step = self.resumed["iteration"] + 1, self.resumed["global_step"]
             self.kl_beta = self.resumed["kl_beta"]
             if self.rank == 0:
@@ -659,8 +660,8 @@ def env_statistics(envs):
     while isinstance(envs, gym.vector.VectorWrapper):
         for key in stats:
             if hasattr(envs, key) and stats[key] is None:
-                rms = getattr(envs, key)
-                stats[key] = {"mean": torch.tensor(rms.mean), "var": torch.tensor(rms.var), "count": float(rms.count)}  # copies
+                rms = getattr(envs, key)  # copied: the wrapper goes on updating its own
+                stats[key] = {"mean": torch.tensor(rms.mean), "var": torch.tensor(rms.var), "count": float(rms.count)}
         envs = envs.env
     return stats
 

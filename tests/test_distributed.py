@@ -244,7 +244,9 @@ def stats_worker(rank, port, tmp_path):
 
 def rank_data(rank):
     g = np.random.default_rng(rank)
-    return [{"obs": g.normal(rank * 3.0, 1 + rank, size=(n, 3)), "returns": g.normal(-rank, 2 + rank, size=n)} for n in (50, 70)]
+    return [
+        {"obs": g.normal(rank * 3.0, 1 + rank, size=(n, 3)), "returns": g.normal(-rank, 2 + rank, size=n)} for n in (50, 70)
+    ]
 
 
 def test_ranks_agree_on_the_statistics_of_all_ranks(tmp_path):

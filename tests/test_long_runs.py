@@ -276,7 +276,10 @@ def test_checkpoint_of_another_version_is_refused_naming_the_flag(tmp_path, monk
     for flag in ("--resume", "--eval-checkpoint"):
         result = run_script("ppo_continuous_action", flag, "later.pt", cwd=tmp_path)
         assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-        assert result.stderr.startswith(f"error: {flag} later.pt was written by another version") and "--reward-shaping" in result.stderr
+        assert (
+            result.stderr.startswith(f"error: {flag} later.pt was written by another version")
+            and "--reward-shaping" in result.stderr
+        )
 
 
 def read_until(proc, text, timeout=60):
