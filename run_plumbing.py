@@ -100,7 +100,8 @@ def rank_seed(seed, rank):
 def compiled(fn, device):
     """--compile: torch.compile(fn), or fn itself where inductor has nothing to build with (a C++ compiler on CPUs)."""
     if device.type == "cpu" and shutil.which(os.environ.get("CXX", "g++")) is None:
-        print("warning: --compile needs a C++ compiler (g++) on a CPU; running without compiling", file=sys.stderr)
+        if int(os.environ.get("RANK", 0)) == 0:  # X2: said once
+            print("warning: --compile needs a C++ compiler (g++) on a CPU; running without compiling", file=sys.stderr)
         return fn
     torch._dynamo.config.suppress_errors = True  # a graph that fails to compile runs eagerly instead of failing the run
     return torch.compile(fn)
