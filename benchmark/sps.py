@@ -6,7 +6,10 @@ stepped with random actions, then training with the same flags, in this one proc
     python benchmark/sps.py --output benchmark/results/sps.md
 
 The env-only figure is what the rollout would reach if the agent cost nothing; training SPS / env-only SPS is the
-share of that ceiling the script keeps (the rest goes to the network, the update and the bookkeeping).
+share of that ceiling the script keeps (the rest goes to the network, the update and the bookkeeping). The update
+columns time one update_policy call alone on a batch of the run's size, count its floating-point work with torch's
+FlopCounterMode (every matmul and convolution, forward and backward), and set its GFLOP/s beside those of one large
+float32 matmul on the same threads: the compute this machine gives a well-shaped problem.
 """
 
 import argparse
@@ -20,8 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import torch
 import tyro
+from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
@@ -56,6 +62,50 @@ def env_only_sps(module, args, steps):
     return steps * args.num_envs / elapsed
 
 
+def random_batch(module, envs, agent, args):
+    """A flat batch of the run's size with the keys update_policy reads: random observations and actions of the env's
+    spaces, random advantages and returns; old log-probs and values of 0 (the update's work does not depend on them)."""
+    n, g = args.batch_size, torch.Generator().manual_seed(0)
+    space, action_space = envs.single_observation_space, envs.single_action_space
+    if space.dtype == np.uint8:
+        obs = torch.randint(0, 256, (n,) + space.shape, dtype=torch.uint8, generator=g)
+    else:
+        obs = torch.randn((n,) + space.shape, generator=g)
+    if isinstance(action_space, gym.spaces.Discrete):
+        actions = torch.randint(0, int(action_space.n), (n,), generator=g)
+    else:
+        actions = torch.randn((n,) + action_space.shape, generator=g)
+    batch = {"obs": obs, "actions": actions, "logprobs": torch.zeros(n), "values": torch.zeros(n)}
+    batch |= {"advantages": torch.randn(n, generator=g), "returns": torch.randn(n, generator=g)}
+    if hasattr(agent, "initial_state"):  # ppo_rnn.py: sequences from a zero state, no episode ends
+        batch |= {"dones": torch.zeros(n), "state": agent.initial_state(args.num_envs)}
+    return batch
+
+
+def update_compute(module, args):
+    """(seconds of one update, its GFLOP, GFLOP/s of a 2048 x 2048 float32 matmul), on the run's threads."""
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+    envs = module.make_envs(args, "sps")
+    torch.manual_seed(args.seed)
+    agent = module.Agent(envs, args)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)
+    batch = random_batch(module, envs, agent, args)
+    envs.close()
+    with FlopCounterMode(display=False) as counter:  # also the warm-up of the timed call
+        module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta)
+    start = time.perf_counter()
+    module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta)
+    seconds = time.perf_counter() - start
+    a = torch.randn(2048, 2048)
+    a @ a
+    start = time.perf_counter()
+    for _ in range(10):
+        a @ a
+    matmul = 10 * 2 * 2048**3 / (time.perf_counter() - start) / 1e9
+    return seconds, counter.get_total_flops() / 1e9, matmul
+
+
 def script_args(script, env_id, total_timesteps, flags):
     """The script and its Args for a measurement; a bad flag or env id ends here with the script's own one-line error
     (tyro's for an unknown flag, run_plumbing's check_args for the rest)."""
@@ -79,7 +129,14 @@ def measure(script, env_id, total_timesteps, env_steps, runs, flags):
         print(f"{script} run {run + 1}/{runs}: env only {env_sps:.0f}, training {train_sps:.0f} SPS", file=sys.stderr)
     env_sps = statistics.median(r[0] for r in rows)
     train_sps = statistics.median(r[1] for r in rows)
+    updates = [update_compute(module, args) for _ in range(runs)]
+    update_s, gflop, matmul = (statistics.median(u[i] for u in updates) for i in range(3))
     return {
+        "update_s": update_s,
+        "gflop": gflop,
+        "update_gflops": gflop / update_s,
+        "matmul_gflops": matmul,
+        "update_share": update_s / (args.batch_size / train_sps),  # of an iteration at the training SPS
         "script": script,
         "env_id": env_id,
         "flags": " ".join(flags),
@@ -92,13 +149,15 @@ def measure(script, env_id, total_timesteps, env_steps, runs, flags):
 
 def table(results):
     lines = [
-        "| script | env | flags | env-only SPS | training SPS | training / env-only | training SPS of each run |",
-        "| --- | --- | --- | ---: | ---: | ---: | --- |",
+        "| script | env | flags | env-only SPS | training SPS | training / env-only | training SPS of each run "
+        "| update s | update GFLOP | update GFLOP/s | matmul GFLOP/s | update / iteration |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         lines.append(
             f"| {r['script']} | {r['env_id']} | {r['flags'] or '(defaults)'} | {r['env_sps']:.0f} | {r['train_sps']:.0f} "
-            f"| {r['ratio']:.0%} | {r['runs']} |"
+            f"| {r['ratio']:.0%} | {r['runs']} | {r['update_s']:.2f} | {r['gflop']:.1f} | {r['update_gflops']:.1f} "
+            f"| {r['matmul_gflops']:.0f} | {r['update_share']:.0%} |"
         )
     return "\n".join(lines)
 

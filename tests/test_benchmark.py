@@ -256,3 +256,16 @@ def test_versus_stops_with_the_scripts_error(tmp_path):
     )  # fmt: skip
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert "fails.py exited with 1: error: --env-id Fake-v0 is not registered" in result.stderr
+
+
+def test_update_compute_counts_the_updates_floating_point_work():
+    """sps.py's update FLOPs against a hand count: InvertedPendulum's agent is two MLPs 4-64-64-1 (the actor's head has
+    1 output, the critic's 1). Forward, per sample: 2 x (4*64 + 64*64 + 64) = 8,832 multiply-adds. Backward: the
+    weight gradients (8,832 again) and the input gradients of every layer but the first (8,832 - 2 x 4*64). So
+    (8,832 * 3 - 512) * 2 FLOP per sample, times 2048 samples x 10 epochs."""
+    import sps
+
+    module, args = sps.script_args("ppo_continuous_action.py", "InvertedPendulum-v5", 4096, [])
+    seconds, gflop, matmul_gflops = sps.update_compute(module, args)
+    assert gflop == pytest.approx((8832 * 3 - 512) * 2 * 2048 * 10 / 1e9, rel=1e-6)
+    assert seconds > 0 and matmul_gflops > 1
