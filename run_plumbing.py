@@ -531,7 +531,7 @@ CHECKPOINT_KEYS = {
     "global_step",
     "kl_beta",
     "wandb_id",
-}  # and since issue 15 "world_size" and "local_world_size" (X2), 1 where a checkpoint has none
+}  # and "world_size", "local_world_size" (X2), which older checkpoints lack (read as 1)
 
 
 def save_checkpoint(path, checkpoint):
