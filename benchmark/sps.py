@@ -16,7 +16,6 @@ import argparse
 import importlib.util
 import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
 from run_plumbing import ArgError, check_args  # noqa: E402
+from versus import machine  # noqa: E402  (beside this file)
 
 BENCHMARK_ENVS = {  # script: (env id, training steps per run)
     "ppo_continuous_action.py": ("Hopper-v5", 61440),
@@ -62,7 +62,7 @@ def env_only_sps(module, args, steps):
     return steps * args.num_envs / elapsed
 
 
-def random_batch(module, envs, agent, args):
+def random_batch(envs, agent, args):
     """A flat batch of the run's size with the keys update_policy reads: random observations and actions of the env's
     spaces, random advantages and returns; old log-probs and values of 0 (the update's work does not depend on them)."""
     n, g = args.batch_size, torch.Generator().manual_seed(0)
@@ -90,7 +90,7 @@ def update_compute(module, args):
     torch.manual_seed(args.seed)
     agent = module.Agent(envs, args)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)
-    batch = random_batch(module, envs, agent, args)
+    batch = random_batch(envs, agent, args)
     envs.close()
     with FlopCounterMode(display=False) as counter:  # also the warm-up of the timed call
         module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta)
@@ -202,8 +202,7 @@ def main(argv=None):
     print(report)
     if options.output:
         command = "python benchmark/sps.py " + " ".join(argv)
-        machine = f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), torch {torch.__version__}"
-        Path(options.output).write_text(f"`{command}`\n\n{machine}; medians of {options.runs} runs.\n\n{report}\n")
+        Path(options.output).write_text(f"`{command}`\n\n{machine()}; medians of {options.runs} runs.\n\n{report}\n")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ is put on PYTHONPATH (CleanRL's Atari script imports cleanrl_utils from beside i
 """
 
 import argparse
-import glob
 import os
 import platform
 import statistics
@@ -24,34 +23,28 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+from report import read_run  # beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def last_sps(folder):
-    """The last charts/SPS a run logged under folder/runs/, or None."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    values = []
-    for run_dir in glob.glob(os.path.join(folder, "runs", "*")):
-        acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})
-        acc.Reload()
-        if "charts/SPS" in acc.Tags()["scalars"]:
-            values += [event.value for event in acc.Scalars("charts/SPS")[-1:]]
-    return values[-1] if values else None
-
-
 def run_once(script, flags, env, timeout):
-    """Runs `python script flags` in a new scratch folder; returns (wall seconds, last logged SPS)."""
+    """Runs `python script flags` in a new scratch folder; returns (wall seconds, last logged SPS or None)."""
     with tempfile.TemporaryDirectory(prefix="versus-") as folder:
         start = time.perf_counter()
-        result = subprocess.run(
-            [sys.executable, str(script), *flags], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
-        )
+        try:
+            result = subprocess.run(
+                [sys.executable, str(script), *flags], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            sys.exit(f"error: {script} ran past --timeout {timeout:g} s; raise --timeout or lower --total-timesteps")
         wall = time.perf_counter() - start
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["(no output)"]
             sys.exit(f"error: {script} exited with {result.returncode}: {tail[0]}")
-        return wall, last_sps(folder)
+        logged = read_run(Path(folder))  # report.py's reader: (steps, returns, last charts/SPS or NaN)
+        return wall, None if logged is None or np.isnan(logged[2]) else float(logged[2])
 
 
 def machine():
@@ -72,9 +65,12 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
 def report(args, rows, ours, peer):
     """The Markdown report: the command, the machine, each round, the medians and their ratios."""
-    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     lines = [
         f"# {Path(ours).name} against {peer}",
         "",

@@ -269,3 +269,14 @@ def test_update_compute_counts_the_updates_floating_point_work():
     seconds, gflop, matmul_gflops = sps.update_compute(module, args)
     assert gflop == pytest.approx((8832 * 3 - 512) * 2 * 2048 * 10 / 1e9, rel=1e-6)
     assert seconds > 0 and matmul_gflops > 1
+
+
+def test_versus_names_the_timeout_of_a_run_too_slow(tmp_path):
+    (tmp_path / "slow.py").write_text("import time\ntime.sleep(30)\n")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "versus.py"), str(tmp_path / "slow.py"), str(tmp_path / "slow.py"),
+         "--env-id", "Fake-v0", "--total-timesteps", "1000", "--timeout", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "slow.py ran past --timeout 1 s; raise --timeout" in result.stderr

@@ -254,10 +254,9 @@ def test_ranks_agree_on_the_statistics_of_all_ranks(tmp_path):
     with numpy from all the values (RunningMeanStd's start, count 1e-4 at mean 0 and var 1, weighs nothing here)."""
     mp.spawn(stats_worker, args=(free_port(), tmp_path), nprocs=WORLD_SIZE)
     stats = [torch.load(tmp_path / f"stats{rank}.pt", weights_only=True) for rank in range(WORLD_SIZE)]
-    assert_same = lambda a, b: torch.testing.assert_close(a, b, rtol=0, atol=0)  # noqa: E731
     for key, field in (("obs_rms", "obs"), ("return_rms", "returns")):
         values = np.concatenate([data[field] for rank in range(WORLD_SIZE) for data in rank_data(rank)])
-        assert_same(stats[0][key]["mean"], stats[1][key]["mean"])
-        assert_same(stats[0][key]["var"], stats[1][key]["var"])
+        assert torch.equal(stats[0][key]["mean"], stats[1][key]["mean"]), key  # both ranks hold the same, to the bit
+        assert torch.equal(stats[0][key]["var"], stats[1][key]["var"]), key
         np.testing.assert_allclose(stats[0][key]["mean"].numpy(), values.mean(0), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(stats[0][key]["var"].numpy(), values.var(0), rtol=1e-4, atol=1e-4)
