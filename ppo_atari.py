@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common import atari_wrappers
 from torch.distributions.categorical import Categorical
 
-from run_plumbing import EnvpoolVectorEnv, Run, all_ranks_mean, average_gradients, compiled, main, rank_seed
+from run_plumbing import EnvpoolVectorEnv, Run, all_ranks_mean, average_gradients, compiled_backward, main, rank_seed
 
 gym.register_envs(ale_py)  # the ALE ids exist only once ale_py is registered
 
@@ -39,8 +39,8 @@ class Args:
     """use CUDA when a GPU is present (the CPU otherwise)"""
     torch_threads: int = 0
     """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core, which the CNN's update uses well"""
-    compile: bool = False
-    """torch.compile the minibatch loss and its backward (inductor): the first update waits 10-30 s for the compiler, later ones run faster; the same losses to float tolerance; runs eagerly, with a warning, where no C++ compiler is present"""
+    compile: bool = True
+    """compute each minibatch's loss and gradients in one torch.compile'd graph (torch.func.grad; inductor): the same gradients to float tolerance, the first update waits a few seconds for the compiler (cached for later runs); runs eagerly where dynamo cannot trace the agent (nn.LSTM, nn.GRU) and, with a warning, where no C++ compiler is present"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"
@@ -325,9 +325,17 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
     return loss, (pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac)
 
 
-def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, loss_fn=ppo_loss):
-    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). loss_fn: ppo_loss or
-    its torch.compile'd twin (--compile). Returns the logged statistics, each the mean over all minibatches of all
+def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
+    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. --compile (the default) swaps
+    in run_plumbing.compiled_backward(ppo_loss): the same, computed by one compiled graph."""
+    loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
+    loss.backward()
+    return mb_stats
+
+
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
+    or its compiled twin (--compile). Returns the logged statistics, each the mean over all minibatches of all
     epochs, as tensors (no device sync here, except for X3)."""
     b_inds = np.arange(args.batch_size)
     logged = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
@@ -336,11 +344,9 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
         for start in range(0, args.batch_size, args.minibatch_size):
             mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=batch["obs"].device)
             mb = {key: value[mb_inds] for key, value in batch.items()}
-            loss, mb_stats = loss_fn(agent, mb, args, clip_coef, kl_beta)
-            logged.append(torch.stack(mb_stats))
-
             optimizer.zero_grad()
-            loss.backward()
+            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients
+            logged.append(torch.stack(mb_stats))
             average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
@@ -384,11 +390,11 @@ def train(args: Args, stop_signals=()):
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    loss_fn = compiled(ppo_loss, device) if args.compile else ppo_loss
 
     envs = make_envs(replace(args, capture_video=args.capture_video and run.rank == 0), run.name)
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
+    backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
     start_iteration, global_step, kl_beta = run.start(agent, optimizer, envs)  # 1, 0, --kl-beta unless resumed
 
     # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one)
@@ -445,7 +451,7 @@ def train(args: Args, stop_signals=()):
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
         }
-        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, run.world_size, loss_fn)
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, run.world_size, backward)
         run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(

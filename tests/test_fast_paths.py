@@ -1,4 +1,4 @@
-"""The speed options compute what the plain code computes: --compile's loss and the fused Adam every script uses."""
+"""The speed options compute what the plain code computes: --compile's backward and the fused Adam every script uses."""
 
 import copy
 
@@ -6,21 +6,23 @@ import numpy as np
 import pytest
 import run_plumbing
 import torch
-from conftest import fixed_batch, load_script, make_agent
+from conftest import fixed_batch, load_script, make_agent, update_case
 
 
-def run_update(script, agent, batch, args, loss_fn=None, fused=True):
+def run_update(script, agent, batch, args, compiled=False, fused=True):
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)
+    backward = run_plumbing.compiled_backward(script.ppo_loss, agent, torch.device("cpu")) if compiled else script.ppo_backward
     np.random.seed(3)  # the same minibatch order for both paths
-    kwargs = {} if loss_fn is None else {"loss_fn": loss_fn}
-    stats = script.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, **kwargs)
+    stats = script.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
     return stats, [p.detach().clone() for p in agent.parameters()]
 
 
-def loss_and_grads(agent, mb, args, loss_fn):
+def loss_and_grads(script, agent, mb, args, backward):
+    """The loss (computed apart, by the plain ppo_loss) and the gradients `backward` leaves in .grad."""
     agent.zero_grad()
-    loss, _ = loss_fn(agent, mb, args, args.clip_coef, args.kl_beta)
-    loss.backward()
+    with torch.no_grad():
+        loss, _ = script.ppo_loss(agent, mb, args, args.clip_coef, args.kl_beta)
+    backward(agent, mb, args, args.clip_coef, args.kl_beta)
     return loss.item(), [p.grad.clone() for p in agent.parameters()]
 
 
@@ -47,31 +49,65 @@ def case(request):
     )
 
 
-def test_compiled_loss_gives_the_plain_update(case):
+def test_compiled_backward_gives_the_plain_gradients(case):
     script, args, agent, batch = case
-    compiled = run_plumbing.compiled(script.ppo_loss, torch.device("cpu"))
-    assert compiled is not script.ppo_loss  # this machine has a C++ compiler, so the compiled path is really taken
+    compiled = run_plumbing.compiled_backward(script.ppo_loss, agent, torch.device("cpu"))
+    assert compiled is not script.ppo_backward  # this machine has a C++ compiler, so the compiled path is really taken
 
-    # one minibatch: the loss and the gradients of both paths against a float64 computation of the same network
+    # one minibatch: the gradients of both paths against a float64 computation of the same network
     mb = {key: value[:64] for key, value in batch.items()}
     twin = copy.deepcopy(agent).double()
     if hasattr(twin, "preprocess"):  # Atari frames become float32 there; keep them float64
         to_float32 = twin.preprocess
         twin.preprocess = lambda x: to_float32(x).double()
     mb64 = {key: value.double() if value.dtype == torch.float32 else value for key, value in mb.items()}
-    exact_loss, exact_grads = loss_and_grads(twin, mb64, args, script.ppo_loss)
-    for loss_fn in (script.ppo_loss, compiled):
-        loss, grads = loss_and_grads(agent, mb, args, loss_fn)
+    exact_loss, exact_grads = loss_and_grads(script, twin, mb64, args, script.ppo_backward)
+    for backward in (script.ppo_backward, compiled):
+        loss, grads = loss_and_grads(script, agent, mb, args, backward)
         assert loss == pytest.approx(exact_loss, rel=1e-5)
         for grad, exact in zip(grads, exact_grads):
             # eager PyTorch's own first-layer conv gradients are ~5e-4 off float64 here (summing 25,600 products)
             assert (grad.double() - exact).norm() <= 2e-3 * exact.norm()
 
+    # as backward() does, a second call adds its gradients to those already in .grad
+    compiled(agent, mb, args, args.clip_coef, args.kl_beta)
+    for grad, p in zip(grads, agent.parameters()):
+        torch.testing.assert_close(p.grad, 2 * grad, rtol=1e-5, atol=1e-7)
+
     # a whole update (8 Adam steps): the same logged losses. Parameters are not compared element by element: Adam's
     # normalized step turns a rounding difference in a near-zero gradient into a difference of up to one step.
     plain = run_update(script, copy.deepcopy(agent), batch, args)
-    fast = run_update(script, copy.deepcopy(agent), batch, args, loss_fn=compiled)
+    fast = run_update(script, copy.deepcopy(agent), batch, args, compiled=True)
     assert_same_update(plain, fast, atol=1e-5)
+
+
+def test_a_new_clip_coef_or_kl_beta_does_not_rebuild_the_graph(cont):
+    """X1 anneals clip_coef and kl-adaptive changes kl_beta every update: were they baked into the graph as constants,
+    each new value would compile it again (and after 8 values dynamo would give up and run eagerly)."""
+    agent = make_agent(cont)
+    args = cont.Args(num_envs=1, num_steps=64, num_minibatches=1, surrogate="kl-adaptive")
+    batch = fixed_batch(cont, agent, n=64)
+    backward = run_plumbing.compiled_backward(cont.ppo_loss, agent, torch.device("cpu"))
+    torch._dynamo.reset()  # dynamo's cache and counters start empty, whatever this process compiled before
+    torch._dynamo.utils.counters.clear()
+    for clip_coef, kl_beta in ((0.2, 1.0), (0.19, 2.0), (0.18, 0.5)):
+        agent.zero_grad()
+        backward(agent, batch, args, clip_coef, kl_beta)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+def test_recurrent_agents_take_the_plain_backward(tmp_path, monkeypatch, capsys):
+    """dynamo cannot trace nn.LSTM or nn.GRU: ppo_rnn.py's --compile runs the plain backward (bit for bit), silently."""
+    rnn = load_script("ppo_rnn")
+    agent, batch, args = update_case(rnn, tmp_path, monkeypatch)
+    capsys.readouterr()
+    torch._dynamo.utils.counters.clear()
+    plain = run_update(rnn, copy.deepcopy(agent), batch, args)
+    compiled = run_update(rnn, copy.deepcopy(agent), batch, args, compiled=True)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0
+    for a, b in zip(plain[1], compiled[1]):
+        assert torch.equal(a, b)
+    assert capsys.readouterr().err == ""
 
 
 def test_fused_adam_gives_the_for_loop_adam_update(case):
@@ -87,5 +123,13 @@ def test_fused_adam_gives_the_for_loop_adam_update(case):
 def test_compile_without_a_compiler_runs_eagerly_with_a_warning(monkeypatch, capsys):
     script = load_script("ppo_continuous_action")
     monkeypatch.setattr(run_plumbing.shutil, "which", lambda name: None)
-    assert run_plumbing.compiled(script.ppo_loss, torch.device("cpu")) is script.ppo_loss
+    agent = make_agent(script)
+    batch = fixed_batch(script, agent, n=64)
+    args = script.Args(num_envs=1, num_steps=64, num_minibatches=2, update_epochs=1)
+    torch._dynamo.utils.counters.clear()
+    plain = run_update(script, copy.deepcopy(agent), batch, args)
+    eager = run_update(script, copy.deepcopy(agent), batch, args, compiled=True)
     assert "--compile needs a C++ compiler" in capsys.readouterr().err
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0
+    for a, b in zip(plain[1], eager[1]):
+        assert torch.equal(a, b)

@@ -108,13 +108,13 @@ def test_logged_statistics_are_the_mean_of_every_minibatch(script, tmp_path, mon
     args = dataclasses.replace(args, update_epochs=3)
     recorded = []
 
-    def recording_loss(*loss_args):
-        loss, mb_stats = script.ppo_loss(*loss_args)
+    def recording_backward(*loss_args):
+        mb_stats = script.ppo_backward(*loss_args)
         recorded.append([value.item() for value in mb_stats])
-        return loss, mb_stats
+        return mb_stats
 
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
-    stats = script.update_policy(agent, optimizer, batch, args, 0.2, 1.0, loss_fn=recording_loss)
+    stats = script.update_policy(agent, optimizer, batch, args, 0.2, 1.0, backward=recording_backward)
     assert len(recorded) == 3 * args.num_minibatches
     expected = np.mean(recorded, axis=0)  # in the order of ppo_loss's statistics
     keys = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
