@@ -10,10 +10,11 @@ ENV PYTHONUNBUFFERED=1 \
     WANDB_MODE=offline
 
 # ffmpeg writes the videos of --capture-video; libegl1 and libgl1 let MuJoCo render without a display (MUJOCO_GL=egl);
-# libglib2.0-0 is needed by OpenCV. Versions come with the pinned Debian release of the base image.
+# libglib2.0-0 is needed by OpenCV; g++ builds the compiled minibatch step of --compile (on by default; without a C++
+# compiler the scripts run eagerly, slower). Versions come with the pinned Debian release of the base image.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ffmpeg libegl1 libgl1 libglib2.0-0 \
+    && apt-get install -y --no-install-recommends ffmpeg g++ libegl1 libgl1 libglib2.0-0 \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 1000 --user-group ppo

@@ -3,7 +3,14 @@ mean episodic return over its last 100 episodes, and SPS), learning curves as PN
 confidence interval (rliable) when several tasks are present, and, when a `default` variant is present, each
 variant's effect relative to it (the ablation table).
 
-    python benchmark/report.py benchmark/runs/mujoco --output benchmark/results/mujoco
+    python benchmark/report.py benchmark/runs/mujoco --output benchmark/results/mujoco   # runs -> data -> report
+    python benchmark/report.py benchmark/results/mujoco                                 # rebuilt from the data alone
+
+The report is always built from compact data kept beside it, in <output>/data/: episodes.csv.gz (env_id, variant,
+seed, step, episodic_return of every episode of every run) and runs.csv (env_id, variant, seed, sps), small enough to
+commit. Reading a runs folder adds its runs to that data (replacing runs of the same env, variant and seed, keeping
+the others), so a matrix can be finished over several sittings and machines, and benchmark/run.py skips the runs the
+data already holds.
 """
 
 import argparse
@@ -55,29 +62,70 @@ def read_run(folder: Path):
     return np.array([e.step for e in episodes]), np.array([e.value for e in episodes]), sps
 
 
-def load(root: Path, last: int):
-    """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, curve data."""
-    rows = []
+KEYS = ["env_id", "variant", "seed"]
+
+
+def read_runs_folder(root: Path):
+    """(episodes, runs) tables of a folder written by benchmark/run.py, read from its TensorBoard logs."""
+    episodes, runs = [], []
     for folder in sorted(root.glob("*/*/seed*")):
         run = read_run(folder)
         if run is None or len(run[0]) == 0:
             print(f"skipped {folder}: no episodes logged", file=sys.stderr)
             continue
         steps, returns, sps = run
-        env_id, variant, seed = folder.parts[-3], folder.parts[-2], int(folder.name[len("seed") :])
+        key = {"env_id": folder.parts[-3], "variant": folder.parts[-2], "seed": int(folder.name[len("seed") :])}
+        episodes.append(pd.DataFrame({**key, "step": steps, "episodic_return": returns}))
+        runs.append({**key, "sps": sps})
+    if not runs:
+        return None
+    return pd.concat(episodes, ignore_index=True), pd.DataFrame(runs)
+
+
+def read_data(data: Path):
+    """The (episodes, runs) tables kept in a data folder, or None where there is none yet."""
+    if not (data / "runs.csv").exists():
+        return None
+    return pd.read_csv(data / "episodes.csv.gz"), pd.read_csv(data / "runs.csv")
+
+
+def merge_data(kept, new):
+    """kept's tables with new's runs added; a run in both (same env, variant and seed) is taken from new."""
+    if kept is None:
+        return new
+    replaced = kept[1].merge(new[1][KEYS], on=KEYS, how="left", indicator=True)["_merge"].eq("both").to_numpy()
+    old_keys = kept[1][~replaced][KEYS]
+    episodes = pd.concat([kept[0].merge(old_keys, on=KEYS), new[0]], ignore_index=True)
+    return episodes, pd.concat([old_keys.merge(kept[1], on=KEYS), new[1]], ignore_index=True)
+
+
+def write_data(data: Path, tables):
+    """Both tables, sorted, returns rounded to 0.1 (the report's precision): a few kB per run once compressed."""
+    data.mkdir(parents=True, exist_ok=True)
+    episodes, runs = tables
+    episodes = episodes.sort_values(KEYS + ["step"], kind="stable").round({"episodic_return": 1})
+    episodes.to_csv(data / "episodes.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
+    runs.sort_values(KEYS).to_csv(data / "runs.csv", index=False)
+
+
+def summarize(tables, last: int):
+    """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, curve data."""
+    episodes, runs = tables
+    rows = []
+    for (env_id, variant, seed), run in episodes.groupby(KEYS, sort=True):
+        steps, returns = run["step"].to_numpy(), run["episodic_return"].to_numpy()
+        sps = runs[(runs["env_id"] == env_id) & (runs["variant"] == variant) & (runs["seed"] == seed)]["sps"]
         rows.append(
             {
                 "env_id": env_id,
                 "variant": variant,
-                "seed": seed,
+                "seed": int(seed),
                 "score": returns[-last:].mean(),
-                "sps": sps,
+                "sps": sps.iloc[0] if len(sps) else np.nan,
                 "steps": steps,
                 "returns": returns,
             }
         )
-    if not rows:
-        raise SystemExit(f"error: {root}: no runs with TensorBoard logs; point it at a folder written by benchmark/run.py")
     return pd.DataFrame(rows)
 
 
@@ -209,22 +257,33 @@ def aggregate_iqm(runs: pd.DataFrame):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", help="a results folder written by benchmark/run.py")
-    parser.add_argument("--output", help="where README.md and the PNGs go (default: the results folder)")
+    parser.add_argument("folder", help="a folder written by benchmark/run.py, or a results folder with data/ to rebuild")
+    parser.add_argument("--output", help="where README.md, the PNGs and data/ go (default: the folder)")
     parser.add_argument("--last", type=int, default=100, help="episodes at the end of each run that make its score")
     options = parser.parse_args(argv)
     root = Path(options.folder)
     if not root.is_dir():
-        raise SystemExit(f"error: {root}: no such folder; pass the --out folder of benchmark/run.py")
+        raise SystemExit(f"error: {root}: no such folder; pass the --out folder of benchmark/run.py or a results folder")
     output = Path(options.output or root)
-    output.mkdir(parents=True, exist_ok=True)
-    runs = load(root, options.last)
+    data = output / "data"
+    new, kept = read_runs_folder(root), read_data(data)
+    if new is None and kept is None:
+        raise SystemExit(
+            f"error: {root}: no runs with TensorBoard logs and no {data / 'runs.csv'}; point it at a folder written by "
+            "benchmark/run.py or at a results folder with its data/"
+        )
+    tables = kept if new is None else merge_data(kept, new)
+    commands = (data / "commands.txt").read_text().splitlines() if (data / "commands.txt").exists() else []
+    if new is not None:  # the runner's commands (command.txt) and this one join those of earlier sittings
+        runner_command = root / "command.txt"
+        this = "python benchmark/report.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+        added = (runner_command.read_text().strip().splitlines() if runner_command.exists() else []) + [this]
+        commands += [command for command in added if command not in commands]
+        write_data(data, tables)
+        (data / "commands.txt").write_text("\n".join(commands) + "\n")
+    runs = summarize(tables, options.last)
 
-    sections = [f"# Results: {root.name}\n"]
-    runner_command = root / "command.txt"  # written by benchmark/run.py
-    commands = (runner_command.read_text().strip().splitlines() if runner_command.exists() else []) + [
-        "python benchmark/report.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    ]
+    sections = [f"# Results: {output.name}\n"]
     sections.append("Produced by:\n\n```bash\n" + "\n".join(commands) + "\n```\n")
     sections.append("## Scores\n\n" + score_table(runs, options.last) + "\n")
     iqm = aggregate_iqm(runs) if runs["env_id"].nunique() > 1 else ""

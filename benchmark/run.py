@@ -11,10 +11,12 @@ Each run gets its own folder, <out>/<env id>/<variant>/seed<k>/, and runs there,
 <out>/<env id>/<variant>/seed<k>/runs/<run name>/; its output goes to output.log beside them. A run that exits cleanly
 leaves done.json (command, exit code, wall time), and later calls skip it: run the same command again after an
 interruption and only the unfinished runs start (those stopped by Ctrl-C continue from their checkpoint).
-Summarize the folder with benchmark/report.py.
+Summarize the folder with benchmark/report.py, which keeps each run's episodes in <results>/data/ (committed); runs
+whose data are already there are skipped too, so that a matrix can be finished over several sittings and machines.
 """
 
 import argparse
+import csv
 import json
 import os
 import shlex
@@ -180,6 +182,15 @@ def build_matrix(options):
     return runs
 
 
+def committed_runs(results: Path):
+    """The (env id, variant, seed) of the runs whose data a report folder holds (benchmark/report.py writes them)."""
+    table = results / "data" / "runs.csv"
+    if not table.exists():
+        return set()
+    with open(table) as f:
+        return {(row["env_id"], row["variant"], int(row["seed"])) for row in csv.DictReader(f)}
+
+
 def checkpoint_of(folder: Path):
     found = sorted(glob(str(folder / "runs" / "*" / "agent.pt")))
     return found[-1] if found else None
@@ -239,7 +250,11 @@ def main(argv=None):
         help='flags for every run, e.g. --flags "--vector-env envpool" (one flag alone: --flags=--no-gae)',
     )
     parser.add_argument("--variant", action="append", help="NAME=FLAGS, repeatable, e.g. --variant no-gae=--no-gae")
-    parser.add_argument("--out", help="results folder (default: benchmark/runs/<preset or script name>)")
+    parser.add_argument("--out", help="folder of the runs (default: benchmark/runs/<preset or script name>)")
+    parser.add_argument(
+        "--results",
+        help="report folder whose data/runs.csv lists runs not to run again (default: benchmark/results/<preset or script name>)",
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="runs at the same time (default: the CPUs)")
     parser.add_argument("--index", type=int, help="run only the run with this index in the matrix (for array jobs)")
     parser.add_argument("--print-commands", action="store_true", help="print one shell line per unfinished run and exit")
@@ -247,9 +262,13 @@ def main(argv=None):
     options = parser.parse_args(argv)
     if options.workers < 1:
         parser.error(f"--workers {options.workers}: pass 1 or more")
-    options.out = options.out or str(ROOT / "benchmark" / "runs" / (options.preset or Path(options.script or "runs").stem))
+    name = options.preset or Path(options.script or "runs").stem
+    options.out = options.out or str(ROOT / "benchmark" / "runs" / name)
     out = Path(options.out).resolve()
-    runs = build_matrix(options)
+    matrix = build_matrix(options)
+    recorded = committed_runs(Path(options.results or ROOT / "benchmark" / "results" / name))
+    runs = [run for run in matrix if (run.env_id, run.variant, run.seed) not in recorded]
+    committed = len(matrix) - len(runs)
     if options.slurm:
         Path(options.slurm).write_text(slurm_script(options, argv, len(runs)))
         print(f"wrote {options.slurm}: {len(runs)} array tasks; submit with: sbatch {options.slurm}")
@@ -269,7 +288,10 @@ def main(argv=None):
     previous = record.read_text().splitlines() if record.exists() else []
     if command not in previous:
         record.write_text("\n".join(previous + [command]) + "\n")
-    print(f"{len(runs)} runs in {out}: {len(runs) - len(todo)} already done, {len(todo)} to run on {options.workers} workers")
+    print(
+        f"{len(runs)} runs in {out}: {len(runs) - len(todo)} already done, {len(todo)} to run on {options.workers} workers"
+        + (f"; {committed} more skipped: their data are in the results folder already" if committed else "")
+    )
     stopping, finished, failed, durations = threading.Event(), 0, [], []
     with ThreadPoolExecutor(max_workers=options.workers) as pool:
         futures = [pool.submit(execute, run, out, stopping) for run in todo]

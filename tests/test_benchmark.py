@@ -4,6 +4,7 @@ from its logs (table, PNG, aggregate IQM), the ablation preset against ../shared
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -119,6 +120,65 @@ def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
         ]
         scores.append(np.mean(returns[-100:]))
     assert reported == pytest.approx(np.mean(scores), abs=0.06)
+
+
+def report_of(folder, output):
+    built = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(folder), "--output", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    return (output / "README.md").read_text()
+
+
+def score_row(text):
+    return next(line for line in text.splitlines() if line.startswith("| InvertedPendulum-v5 | default |"))
+
+
+def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
+    """What a fresh clone has: the results folder's README, PNGs and data/, no run folders. Rebuilding from data/
+    gives the same table, and the data are compact."""
+    first = report_of(tiny[0], tmp_path / "results")
+    clone = tmp_path / "clone" / "results"
+    shutil.copytree(tmp_path / "results" / "data", clone / "data")
+    rebuilt = report_of(clone, clone)
+    assert score_row(rebuilt) == score_row(first)
+    assert (clone / "InvertedPendulum-v5.png").read_bytes().startswith(b"\x89PNG")
+    assert "python benchmark/run.py" in rebuilt  # the commands that made the data travel with them
+    episodes = pd.read_csv(clone / "data" / "episodes.csv.gz")
+    assert sorted(episodes["seed"].unique()) == [1, 2] and (clone / "data" / "episodes.csv.gz").stat().st_size < 20_000
+
+
+def test_report_adds_a_later_sittings_runs_to_the_data(tiny, tmp_path):
+    """Seed 1 reported in one sitting, seed 2 in another: the data and the table hold both; reporting seed 2 again
+    replaces it rather than adding a third run."""
+    sittings = []
+    for seed in (1, 2, 2):
+        folder = tmp_path / f"sitting{len(sittings)}"
+        shutil.copytree(
+            tiny[0] / "InvertedPendulum-v5" / "default" / f"seed{seed}",
+            folder / "InvertedPendulum-v5" / "default" / f"seed{seed}",
+        )
+        sittings.append(report_of(folder, tmp_path / "results"))
+    assert "| 1 |" in score_row(sittings[0]) and "| 2 |" in score_row(sittings[1])
+    assert score_row(sittings[2]) == score_row(sittings[1])
+    runs = pd.read_csv(tmp_path / "results" / "data" / "runs.csv")
+    assert list(runs["seed"]) == [1, 2]
+    episodes = pd.read_csv(tmp_path / "results" / "data" / "episodes.csv.gz")
+    both = report.read_runs_folder(tiny[0])[0]
+    assert len(episodes) == len(both)  # every episode of both seeds, once
+
+
+def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
+    results = tmp_path / "results"
+    folder = tmp_path / "one" / "InvertedPendulum-v5" / "default" / "seed1"
+    shutil.copytree(tiny[0] / "InvertedPendulum-v5" / "default" / "seed1", folder)
+    report_of(tmp_path / "one", results)  # data for seed 1 only
+    printed = runner(*TINY, "--out", str(tmp_path / "fresh"), "--results", str(results), "--print-commands")
+    lines = printed.stdout.strip().splitlines()
+    assert printed.returncode == 0 and len(lines) == 1 and "--seed 2" in lines[0]
 
 
 def test_aggregate_iqm_is_the_trimmed_mean_of_normalized_scores():
