@@ -14,6 +14,7 @@ data already holds.
 """
 
 import argparse
+import json
 import re
 import shlex
 import sys
@@ -66,7 +67,8 @@ KEYS = ["env_id", "variant", "seed"]
 
 
 def read_runs_folder(root: Path):
-    """(episodes, runs) tables of a folder written by benchmark/run.py, read from its TensorBoard logs."""
+    """(episodes, runs) tables of a folder written by benchmark/run.py: the episodes from its TensorBoard logs; per run
+    the last logged SPS and, from done.json, the wall time, the commit and the machine."""
     episodes, runs = [], []
     for folder in sorted(root.glob("*/*/seed*")):
         run = read_run(folder)
@@ -76,7 +78,8 @@ def read_runs_folder(root: Path):
         steps, returns, sps = run
         key = {"env_id": folder.parts[-3], "variant": folder.parts[-2], "seed": int(folder.name[len("seed") :])}
         episodes.append(pd.DataFrame({**key, "step": steps, "episodic_return": returns}))
-        runs.append({**key, "sps": sps})
+        done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
+        runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine")}})
     if not runs:
         return None
     return pd.concat(episodes, ignore_index=True), pd.DataFrame(runs)
@@ -106,6 +109,20 @@ def write_data(data: Path, tables):
     episodes = episodes.sort_values(KEYS + ["step"], kind="stable").round({"episodic_return": 1})
     episodes.to_csv(data / "episodes.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
     runs.sort_values(KEYS).to_csv(data / "runs.csv", index=False)
+
+
+def runs_table(runs: pd.DataFrame):
+    """Per env and variant: the seeds, the wall time of each run, and the commits and machines that ran them."""
+    lines = ["| env | variant | seeds | wall time per run | commit | machine |", "| --- | --- | --- | --- | --- | --- |"]
+    runs = runs.reindex(columns=KEYS + ["seconds", "commit", "machine"])
+    for (env_id, variant), group in runs.groupby(["env_id", "variant"], sort=True):
+        group = group.sort_values("seed")
+        wall = ", ".join("-" if pd.isna(t) else f"{t / 60:.0f} min" for t in group["seconds"])
+        commits, machines = (
+            ", ".join(sorted(set(group[c].dropna().astype(str)))) or "not recorded" for c in ("commit", "machine")
+        )
+        lines.append(f"| {env_id} | {variant} | {', '.join(map(str, group['seed']))} | {wall} | {commits} | {machines} |")
+    return "\n".join(lines)
 
 
 def summarize(tables, last: int):
@@ -159,11 +176,19 @@ def score_table(runs: pd.DataFrame, last: int):
     return "\n".join(lines)
 
 
+def bootstrap_interval(values, reps=10_000, seed=0):
+    """The 95% percentile-bootstrap interval of the mean of `values` (seeds resampled with replacement)."""
+    values = np.asarray(values, dtype=float)
+    draws = np.random.default_rng(seed).choice(values, size=(reps, len(values)), replace=True).mean(axis=1)
+    return np.percentile(draws, 2.5), np.percentile(draws, 97.5)
+
+
 def ablation_table(runs: pd.DataFrame):
-    """Each variant against the default run of the same env: difference of the seed means, in % of the default."""
+    """Each variant against the default run of the same env: the mean over seeds with its 95% bootstrap interval, and
+    the difference of the seed means in % of the default's."""
     lines = [
-        "| env | variant | return | vs default | seeds better than the default's mean |",
-        "| --- | --- | ---: | ---: | ---: |",
+        "| env | variant | seeds | return [95% bootstrap interval] | vs default | seeds better than the default's mean |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for env_id, env_runs in runs.groupby("env_id"):
         default = env_runs[env_runs["variant"] == "default"]["score"]
@@ -172,9 +197,12 @@ def ablation_table(runs: pd.DataFrame):
         base = default.mean()
         for variant in variant_order(env_runs["variant"].unique()):
             scores = env_runs[env_runs["variant"] == variant]["score"]
+            low, high = bootstrap_interval(scores)
             change = (scores.mean() - base) / abs(base) if base else np.nan
             better = f"{(scores > base).sum()}/{len(scores)}"
-            lines.append(f"| {env_id} | {variant} | {mean_std(scores)} | {change:+.0%} | {better} |")
+            lines.append(
+                f"| {env_id} | {variant} | {len(scores)} | {scores.mean():.1f} [{low:.1f}, {high:.1f}] | {change:+.0%} | {better} |"
+            )
     return "\n".join(lines)
 
 
@@ -290,12 +318,21 @@ def main(argv=None):
     if iqm:
         sections.append("## Aggregate over tasks (rliable)\n\n" + iqm + "\n")
     if (runs["variant"] != "default").any() and (runs["variant"] == "default").any():
-        sections.append("## Each variant against the default\n\n" + ablation_table(runs) + "\n")
+        note = (
+            "Return: the mean over seeds of each run's score, with a 95% percentile-bootstrap interval over seeds (with 3 "
+            "seeds it spans the lowest to the highest seed: a resample of one seed three times has probability 1/27). "
+            "The figures below draw the default's mean and band on every variant's panel.\n\n"
+        )
+        sections.append("## Each variant against the default\n\n" + note + ablation_table(runs) + "\n")
     sections.append("## Learning curves\n")
     for env_id, env_runs in runs.groupby("env_id"):
         png = f"{env_id}.png"
         plot_env(env_runs, env_id, output / png)
         sections.append(f"![{env_id}]({png})\n")
+    sections.append("## Runs\n\n" + runs_table(tables[1]) + "\n")
+    notes = data / "notes.md"  # hand-written, kept with the data so that a rebuild keeps it
+    if notes.exists():
+        sections.append("## Notes\n\n" + notes.read_text().strip() + "\n")
     used = sorted({source for env_id, (_, source) in REFERENCE_SCORES.items() if env_id in set(runs["env_id"])})
     if used:
         sections.append("## Reference scores\n\n" + "\n".join(f"- {name}: {SOURCES[name]}" for name in used) + "\n")

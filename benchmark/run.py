@@ -31,6 +31,9 @@ from glob import glob
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from versus import machine  # noqa: E402  (beside this file)
+
 ATARI_GAMES = ["PongNoFrameskip-v4", "BreakoutNoFrameskip-v4", "BeamRiderNoFrameskip-v4"]
 # the hyperparameters of the README's CartPoleNoVelocity command
 CARTPOLE_FLAGS = (
@@ -182,6 +185,18 @@ def build_matrix(options):
     return runs
 
 
+def commit():
+    """The checkout's commit, with "+changes" when its tracked files differ from it; None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def committed_runs(results: Path):
     """The (env id, variant, seed) of the runs whose data a report folder holds (benchmark/report.py writes them)."""
     table = results / "data" / "runs.csv"
@@ -217,6 +232,7 @@ def execute(run: Run, out: Path, stopping: threading.Event):
     ok = returncode == 0 and not stopping.is_set()  # a run stopped by Ctrl-C exits 0 after saving a checkpoint
     if ok:
         record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
+        record |= {"commit": commit(), "machine": machine()}  # benchmark/report.py states both
         (folder / "done.json").write_text(json.dumps(record, indent=1) + "\n")
     return run, seconds, ok
 

@@ -1,6 +1,7 @@
 """benchmark/: the runner on a tiny matrix (layout, skipping finished runs, commands, Slurm script), the report built
 from its logs (table, PNG, aggregate IQM), the ablation preset against ../shared/DETAILS.md, and benchmark/sps.py."""
 
+import itertools
 import json
 import os
 import re
@@ -49,6 +50,7 @@ def test_runner_writes_one_folder_per_run_with_logs(tiny):
         folder = out / "InvertedPendulum-v5" / "default" / f"seed{seed}"
         record = json.loads((folder / "done.json").read_text())
         assert record["returncode"] == 0 and f"--seed {seed}" in record["command"]
+        assert "CPUs" in record["machine"] and record["commit"]  # what the report states of each run
         assert len(list(folder.glob("runs/*/events.out.tfevents*"))) == 1
         assert "step 2048/2048" in (folder / "output.log").read_text()
 
@@ -91,21 +93,28 @@ def test_runner_bad_input_is_one_line(tmp_path, args, flag):
     assert flag in message and "Traceback" not in result.stderr
 
 
-def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
-    out = tiny[0]
+def report_of(folder, output):
     built = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(out), "--output", str(tmp_path)],
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(folder), "--output", str(output)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert built.returncode == 0, built.stderr
-    text = (tmp_path / "README.md").read_text()
+    return (output / "README.md").read_text()
+
+
+def score_row(text):
+    return next(line for line in text.splitlines() if line.startswith("| InvertedPendulum-v5 | default |"))
+
+
+def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
+    out = tiny[0]
+    text = report_of(out, tmp_path)
     png = (tmp_path / "InvertedPendulum-v5.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
     assert "python benchmark/run.py" in text  # the runner's command is recorded
-    row = next(line for line in text.splitlines() if line.startswith("| InvertedPendulum-v5 | default |"))
-    reported = float(re.search(r"\| 2 \| ([-0-9.]+) ± ([0-9.]+) \|", row).group(1))
+    reported = float(re.search(r"\| 2 \| ([-0-9.]+) ± ([0-9.]+) \|", score_row(text)).group(1))
 
     # the same score read independently: the raw event records, last 100 episodes per seed, mean over seeds
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
@@ -122,21 +131,6 @@ def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
     assert reported == pytest.approx(np.mean(scores), abs=0.06)
 
 
-def report_of(folder, output):
-    built = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(folder), "--output", str(output)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stderr
-    return (output / "README.md").read_text()
-
-
-def score_row(text):
-    return next(line for line in text.splitlines() if line.startswith("| InvertedPendulum-v5 | default |"))
-
-
 def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
     """What a fresh clone has: the results folder's README, PNGs and data/, no run folders. Rebuilding from data/
     gives the same table, and the data are compact."""
@@ -147,6 +141,10 @@ def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
     assert score_row(rebuilt) == score_row(first)
     assert (clone / "InvertedPendulum-v5.png").read_bytes().startswith(b"\x89PNG")
     assert "python benchmark/run.py" in rebuilt  # the commands that made the data travel with them
+    runs_row = next(line for line in rebuilt.splitlines() if line.startswith("| InvertedPendulum-v5 | default | 1, 2 |"))
+    assert "CPUs" in runs_row and " min" in runs_row  # the machine and the wall times travel too
+    (clone / "data" / "notes.md").write_text("Seeds 1 and 2 ran on two workers.")
+    assert "## Notes\n\nSeeds 1 and 2 ran on two workers." in report_of(clone, clone)
     episodes = pd.read_csv(clone / "data" / "episodes.csv.gz")
     assert sorted(episodes["seed"].unique()) == [1, 2] and (clone / "data" / "episodes.csv.gz").stat().st_size < 20_000
 
@@ -179,6 +177,36 @@ def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
     printed = runner(*TINY, "--out", str(tmp_path / "fresh"), "--results", str(results), "--print-commands")
     lines = printed.stdout.strip().splitlines()
     assert printed.returncode == 0 and len(lines) == 1 and "--seed 2" in lines[0]
+
+
+def test_bootstrap_interval_matches_the_exact_resampling_distribution():
+    """With 4 seeds there are 256 equally likely resamples: the 2.5% and 97.5% quantiles of their means, enumerated
+    here, are what the 10,000 random resamples estimate (a normal interval, mean -+ 1.96 standard errors, would give
+    72 and 753). With 3 seeds the interval is the seeds' range: each all-one-seed resample has probability 1/27."""
+    values = [100.0, 250.0, 400.0, 900.0]
+    exact = [np.mean(resample) for resample in itertools.product(values, repeat=4)]
+    low, high = report.bootstrap_interval(values)
+    assert low == pytest.approx(np.percentile(exact, 2.5, method="inverted_cdf"), abs=10)  # 175
+    assert high == pytest.approx(np.percentile(exact, 97.5, method="inverted_cdf"), abs=10)  # 737.5
+    assert report.bootstrap_interval([100.0, 250.0, 900.0]) == (100.0, 900.0)
+
+
+def test_ablation_table_gives_each_variant_its_interval_and_change():
+    runs = pd.DataFrame(
+        [
+            {"env_id": "Hopper-v5", "variant": "default", "seed": s, "score": v}
+            for s, v in ((1, 1000.0), (2, 1100.0), (3, 1200.0))
+        ]
+        + [
+            {"env_id": "Hopper-v5", "variant": "G2-no-gae", "seed": s, "score": v}
+            for s, v in ((1, 500.0), (2, 600.0), (3, 1150.0))
+        ]
+    )
+    row = next(line for line in report.ablation_table(runs).splitlines() if "G2-no-gae" in line)
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    low, high = report.bootstrap_interval([500.0, 600.0, 1150.0])
+    assert cells[2] == "3" and cells[3] == f"750.0 [{low:.1f}, {high:.1f}]"
+    assert cells[4] == "-32%" and cells[5] == "1/3"  # (750 - 1100) / 1100; only 1150 beats the default's mean
 
 
 def test_aggregate_iqm_is_the_trimmed_mean_of_normalized_scores():
