@@ -67,10 +67,15 @@ KEYS = ["env_id", "variant", "seed"]
 
 
 def read_runs_folder(root: Path):
-    """(episodes, runs) tables of a folder written by benchmark/run.py: the episodes from its TensorBoard logs; per run
-    the last logged SPS and, from done.json, the wall time, the commit and the machine."""
+    """(episodes, runs) tables of the finished runs (those with done.json) of a folder written by benchmark/run.py: the
+    episodes from its TensorBoard logs; per run the last logged SPS and, from done.json, the wall time, the commit and
+    the machine."""
     episodes, runs = [], []
     for folder in sorted(root.glob("*/*/seed*")):
+        done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
+        if done.get("returncode") != 0:  # still running, stopped, or failed: its last episodes are not its score
+            print(f"skipped {folder}: not finished (no done.json); run benchmark/run.py again to finish it", file=sys.stderr)
+            continue
         run = read_run(folder)
         if run is None or len(run[0]) == 0:
             print(f"skipped {folder}: no episodes logged", file=sys.stderr)
@@ -78,7 +83,6 @@ def read_runs_folder(root: Path):
         steps, returns, sps = run
         key = {"env_id": folder.parts[-3], "variant": folder.parts[-2], "seed": int(folder.name[len("seed") :])}
         episodes.append(pd.DataFrame({**key, "step": steps, "episodic_return": returns}))
-        done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
         runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine")}})
     if not runs:
         return None

@@ -169,6 +169,22 @@ def test_report_adds_a_later_sittings_runs_to_the_data(tiny, tmp_path):
     assert len(episodes) == len(both)  # every episode of both seeds, once
 
 
+def test_report_leaves_out_runs_that_have_not_finished(tiny, tmp_path):
+    """A run still going (or stopped) has logged episodes but no done.json: its last episodes are not its score, so
+    the table and the data hold only the finished seed, and the report says which run it left out."""
+    shutil.copytree(tiny[0], tmp_path / "runs")
+    (tmp_path / "runs" / "InvertedPendulum-v5" / "default" / "seed2" / "done.json").unlink()
+    built = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "runs"), "--output", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0 and "seed2: not finished" in built.stderr
+    assert "| 1 | " in score_row((tmp_path / "out" / "README.md").read_text())
+    assert list(pd.read_csv(tmp_path / "out" / "data" / "runs.csv")["seed"]) == [1]
+
+
 def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
     results = tmp_path / "results"
     folder = tmp_path / "one" / "InvertedPendulum-v5" / "default" / "seed1"
