@@ -223,7 +223,7 @@ def execute(run: Run, out: Path, stopping: threading.Event):
         shutil.rmtree(folder / "runs")  # a run that died without a checkpoint starts over
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
     env.setdefault("WANDB_MODE", "offline")
-    start = time.time()
+    revision, start = commit(), time.time()  # the code this process runs, not what is checked out when it ends
     with open(folder / "output.log", "a") as log:
         log.write(f"$ {shlex.join(command)}\n")
         log.flush()
@@ -232,7 +232,7 @@ def execute(run: Run, out: Path, stopping: threading.Event):
     ok = returncode == 0 and not stopping.is_set()  # a run stopped by Ctrl-C exits 0 after saving a checkpoint
     if ok:
         record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
-        record |= {"commit": commit(), "machine": machine()}  # benchmark/report.py states both
+        record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
         (folder / "done.json").write_text(json.dumps(record, indent=1) + "\n")
     return run, seconds, ok
 

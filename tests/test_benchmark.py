@@ -62,6 +62,23 @@ def test_runner_skips_finished_runs(tiny):
     assert len(stamps) == 2 and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
 
 
+def test_runner_records_the_commit_a_run_started_from(tmp_path, monkeypatch):
+    """A commit made while a run trains is not the code it ran: done.json names the checkout at the run's start."""
+    import threading
+
+    head = {"now": "abc1234"}
+
+    def training(*args, **kwargs):  # the run, during which somebody commits
+        head["now"] = "def5678"
+        return 0
+
+    monkeypatch.setattr(run, "commit", lambda: head["now"])
+    monkeypatch.setattr(run.subprocess, "call", training)
+    one = run.Run("ppo_continuous_action.py", "InvertedPendulum-v5", "default", 1, 2048)
+    assert run.execute(one, tmp_path, threading.Event())[2]
+    assert json.loads((one.folder(tmp_path) / "done.json").read_text())["commit"] == "abc1234"
+
+
 def test_runner_prints_commands_and_writes_a_slurm_array(tmp_path):
     printed = runner(*TINY, "--out", str(tmp_path / "x"), "--print-commands")
     lines = printed.stdout.strip().splitlines()
