@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -211,8 +212,29 @@ def checkpoint_of(folder: Path):
     return found[-1] if found else None
 
 
+def stopped_early(folder: Path):
+    """Whether the run in `folder` left a checkpoint from before its last update: a training process stopped by a
+    signal (Ctrl-C, or a SIGTERM that did not reach this runner) saves one and exits 0, like a finished run."""
+    checkpoint = checkpoint_of(folder)
+    if checkpoint is None:
+        return False
+    import torch  # only here: printing commands or a Slurm script needs no torch
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    args = state["args"]
+    return state["iteration"] < args["total_timesteps"] // (args["num_envs"] * args["num_steps"] * state["world_size"])
+
+
+RUNNING = set()  # the training processes now running, which a stop of the runner passes on to
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def execute(run: Run, out: Path, stopping: threading.Event):
-    """Runs one training process in its folder; writes done.json when it completed. Returns (run, seconds, ok)."""
+    """Runs one training process in its folder; writes done.json when it completed. Returns (run, seconds, status):
+    done, stopped (by a signal, after saving a checkpoint) or failed."""
     folder = run.folder(out)
     folder.mkdir(parents=True, exist_ok=True)
     command = run.command()
@@ -227,14 +249,19 @@ def execute(run: Run, out: Path, stopping: threading.Event):
     with open(folder / "output.log", "a") as log:
         log.write(f"$ {shlex.join(command)}\n")
         log.flush()
-        returncode = subprocess.call(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env)
+        with subprocess.Popen(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env) as process:
+            RUNNING.add(process)
+            returncode = process.wait()
+            RUNNING.discard(process)
     seconds = time.time() - start
-    ok = returncode == 0 and not stopping.is_set()  # a run stopped by Ctrl-C exits 0 after saving a checkpoint
-    if ok:
+    status = "done" if returncode == 0 and not stopping.is_set() else "failed"
+    if status == "done" and stopped_early(folder):
+        status = "stopped"
+    if status == "done":
         record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
         record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
         (folder / "done.json").write_text(json.dumps(record, indent=1) + "\n")
-    return run, seconds, ok
+    return run, seconds, status
 
 
 def slurm_script(options, argv, count):
@@ -308,32 +335,39 @@ def main(argv=None):
         f"{len(runs)} runs in {out}: {len(runs) - len(todo)} already done, {len(todo)} to run on {options.workers} workers"
         + (f"; {committed} more skipped: their data are in the results folder already" if committed else "")
     )
-    stopping, finished, failed, durations = threading.Event(), 0, [], []
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background, which ignores it
+    signal.signal(signal.SIGTERM, interrupt)  # a cluster's preemption or a kill stops it as Ctrl-C does
+    stopping, finished, unfinished, durations = threading.Event(), 0, [], []
     with ThreadPoolExecutor(max_workers=options.workers) as pool:
         futures = [pool.submit(execute, run, out, stopping) for run in todo]
         try:
             for future in as_completed(futures):
-                run, seconds, ok = future.result()
+                run, seconds, status = future.result()
                 finished += 1
                 durations.append(seconds)
-                if not ok and not stopping.is_set():
-                    failed.append(run)
+                if status != "done" and not stopping.is_set():
+                    unfinished.append(run)
                 remaining = len(todo) - finished
                 eta = sum(durations) / len(durations) * -(-remaining // options.workers)  # rounds of runs still to come
-                status = "done" if ok else f"FAILED (see {run.folder(out) / 'output.log'})"
+                said = {"failed": f"FAILED (see {run.folder(out) / 'output.log'})", "stopped": "STOPPED by a signal"}
                 print(
-                    f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {status} in {seconds:.0f} s; "
+                    f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {said.get(status, status)} in {seconds:.0f} s; "
                     f"about {eta / 60:.0f} min left",
                     flush=True,
                 )
-        except KeyboardInterrupt:  # the training processes got the Ctrl-C too: they save a checkpoint and exit
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runs save a checkpoint and exit, no new run starts
             stopping.set()
             for future in futures:
                 future.cancel()
+            for process in list(RUNNING):  # a terminal's Ctrl-C reached them already; a kill of the runner did not
+                process.send_signal(signal.SIGTERM)
             print("interrupted; run the same command again to continue the unfinished runs", flush=True)
             raise SystemExit(130)
-    if failed:
-        raise SystemExit(f"error: {len(failed)} of {len(todo)} runs failed; their output.log says why")
+    if unfinished:
+        raise SystemExit(
+            f"error: {len(unfinished)} of {len(todo)} runs failed or were stopped; their output.log says why, and the "
+            "same command runs them again (a stopped run continues from its checkpoint)"
+        )
     print(f"all {len(runs)} runs done; summarize them with: python benchmark/report.py {out}")
 
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -312,6 +313,51 @@ def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "--resume" in log and "resumed" in log and "step 16384/16384" in log
     assert (folder / "done.json").exists() and len(list(folder.glob("runs/*"))) == 1
+
+
+def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
+    """A SIGTERM that reaches a training process but not the runner (a cluster's preemption, a kill): the run saves a
+    checkpoint and exits 0 like a finished one, yet it is not done: no done.json, and the runner says so."""
+    out = tmp_path / "x"
+    args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
+    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "65536", "--flags=--checkpoint-interval=1"]
+    runner_process = subprocess.Popen(
+        [*args, "--out", str(out), "--workers", "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    folder = out / "InvertedPendulum-v5" / "default" / "seed1"
+    deadline = time.time() + 300
+    while not list(folder.glob("runs/*/agent.pt")) and time.time() < deadline:
+        time.sleep(0.2)
+    tasks = Path(f"/proc/{runner_process.pid}/task").glob("*/children")  # the runner's worker thread started it
+    (training,) = [int(pid) for task in tasks for pid in task.read_text().split()]
+    os.kill(training, signal.SIGTERM)
+    stdout, _ = runner_process.communicate(timeout=300)
+    assert "stopped by a signal" in (folder / "output.log").read_text()
+    assert runner_process.returncode == 1 and "STOPPED by a signal" in stdout
+    assert not (folder / "done.json").exists()
+
+
+def test_runner_stopped_by_sigterm_stops_its_runs_with_a_checkpoint(tmp_path):
+    """A SIGTERM to the runner alone (kill, a scheduler) stops it as Ctrl-C does: its run saves a checkpoint and exits,
+    no process is left behind, nothing is marked done."""
+    out = tmp_path / "x"
+    args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
+    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "65536", "--flags=--checkpoint-interval=1"]
+    runner_process = subprocess.Popen(
+        [*args, "--out", str(out), "--workers", "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    folder = out / "InvertedPendulum-v5" / "default" / "seed1"
+    deadline = time.time() + 300
+    while not list(folder.glob("runs/*/agent.pt")) and time.time() < deadline:
+        time.sleep(0.2)
+    (training,) = [
+        int(pid) for task in Path(f"/proc/{runner_process.pid}/task").glob("*/children") for pid in task.read_text().split()
+    ]
+    runner_process.send_signal(signal.SIGTERM)
+    stdout, _ = runner_process.communicate(timeout=300)
+    assert runner_process.returncode == 130 and "interrupted" in stdout
+    assert "stopped by a signal" in (folder / "output.log").read_text()
+    assert not Path(f"/proc/{training}").exists() and not (folder / "done.json").exists()
 
 
 @pytest.mark.parametrize(
