@@ -212,13 +212,15 @@ def ablation_table(runs: pd.DataFrame):
 
 def curve(group: pd.DataFrame, grid):
     """The seeds' learning curves on a common step grid: each seed's return averaged over a trailing window of
-    episodes, interpolated at the grid points it covers (NaN beyond its last episode)."""
+    episodes, interpolated between its episodes' end steps; NaN before its first episode ends, and its last value
+    after its last one (the return as of that step: no episode of the run ended since), so that the mean at the end
+    of the grid is over all seeds, not over the one whose last episode happened to end last."""
     curves = []
     for steps, returns in zip(group["steps"], group["returns"]):
         window = max(1, min(100, len(returns) // 10))
         smoothed = pd.Series(returns).rolling(window, min_periods=1).mean().to_numpy()
         values = np.interp(grid, steps, smoothed)
-        values[(grid < steps[0]) | (grid > steps[-1])] = np.nan
+        values[grid < steps[0]] = np.nan
         curves.append(values)
     return np.array(curves)
 

@@ -213,6 +213,21 @@ def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
     assert printed.returncode == 0 and len(lines) == 1 and "--seed 2" in lines[0]
 
 
+def test_learning_curve_is_each_seeds_trailing_mean_on_the_grid():
+    """Hand-computed: seed A's episodes end at steps 10, 20, 30, 40 (returns 0, 10, 20, 30; window 1 since it has
+    fewer than 10), seed B's at 5 and 15. On the grid 0, 10, ..., 40: NaN before a seed's first episode, linear between
+    episodes, and a seed's last value after its last episode, so the end of the curve averages both seeds."""
+    group = pd.DataFrame(
+        {
+            "steps": [np.array([10, 20, 30, 40]), np.array([5, 15])],
+            "returns": [np.array([0.0, 10, 20, 30]), np.array([4.0, 8])],
+        }
+    )
+    curves = report.curve(group, np.array([0.0, 10, 20, 30, 40]))
+    np.testing.assert_allclose(curves[0], [np.nan, 0, 10, 20, 30])
+    np.testing.assert_allclose(curves[1], [np.nan, 6, 8, 8, 8])
+
+
 def test_bootstrap_interval_matches_the_exact_resampling_distribution():
     """With 4 seeds there are 256 equally likely resamples: the 2.5% and 97.5% quantiles of their means, enumerated
     here, are what the 10,000 random resamples estimate (a normal interval, mean -+ 1.96 standard errors, would give
