@@ -212,17 +212,8 @@ def checkpoint_of(folder: Path):
     return found[-1] if found else None
 
 
-def stopped_early(folder: Path):
-    """Whether the run in `folder` left a checkpoint from before its last update: a training process stopped by a
-    signal (Ctrl-C, or a SIGTERM that did not reach this runner) saves one and exits 0, like a finished run."""
-    checkpoint = checkpoint_of(folder)
-    if checkpoint is None:
-        return False
-    import torch  # only here: printing commands or a Slurm script needs no torch
-
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    args = state["args"]
-    return state["iteration"] < args["total_timesteps"] // (args["num_envs"] * args["num_steps"] * state["world_size"])
+# what a script prints when a signal stopped it after saving a checkpoint (run_plumbing.Run.finish); it then exits 0
+STOPPED = "stopped by a signal; continue with:"
 
 
 RUNNING = set()  # the training processes now running, which a stop of the runner passes on to
@@ -249,14 +240,17 @@ def execute(run: Run, out: Path, stopping: threading.Event):
     with open(folder / "output.log", "a") as log:
         log.write(f"$ {shlex.join(command)}\n")
         log.flush()
+        start_of_output = log.tell()
         with subprocess.Popen(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env) as process:
             RUNNING.add(process)
             returncode = process.wait()
             RUNNING.discard(process)
     seconds = time.time() - start
     status = "done" if returncode == 0 and not stopping.is_set() else "failed"
-    if status == "done" and stopped_early(folder):
-        status = "stopped"
+    with open(folder / "output.log") as log:  # a stop by a signal this runner did not get exits 0 too
+        log.seek(start_of_output)
+        if status == "done" and STOPPED in log.read():
+            status = "stopped"
     if status == "done":
         record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
         record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both

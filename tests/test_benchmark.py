@@ -332,24 +332,28 @@ def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
 
 def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
     """A SIGTERM that reaches a training process but not the runner (a cluster's preemption, a kill): the run saves a
-    checkpoint and exits 0 like a finished one, yet it is not done: no done.json, and the runner says so."""
+    checkpoint and exits 0 like a finished one, yet it is not done: no done.json, and the runner says so. The same
+    command then continues it to its end, and that is done (its checkpoint is still the stop's: no periodic ones)."""
     out = tmp_path / "x"
     args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
-    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "65536", "--flags=--checkpoint-interval=1"]
-    runner_process = subprocess.Popen(
-        [*args, "--out", str(out), "--workers", "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
+    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "32768", "--out", str(out), "--workers", "1"]
+    runner_process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     folder = out / "InvertedPendulum-v5" / "default" / "seed1"
     deadline = time.time() + 300
-    while not list(folder.glob("runs/*/agent.pt")) and time.time() < deadline:
+    while "/32768  SPS" not in ((folder / "output.log").read_text() if (folder / "output.log").exists() else ""):
+        assert time.time() < deadline
         time.sleep(0.2)
     tasks = Path(f"/proc/{runner_process.pid}/task").glob("*/children")  # the runner's worker thread started it
     (training,) = [int(pid) for task in tasks for pid in task.read_text().split()]
-    os.kill(training, signal.SIGTERM)
+    os.kill(training, signal.SIGTERM)  # its first progress line (after ~10 s) is not its last
     stdout, _ = runner_process.communicate(timeout=300)
     assert "stopped by a signal" in (folder / "output.log").read_text()
     assert runner_process.returncode == 1 and "STOPPED by a signal" in stdout
     assert not (folder / "done.json").exists()
+
+    again = runner(*args[2:])
+    assert again.returncode == 0 and "seed 1: done" in again.stdout, again.stdout + again.stderr
+    assert "step 32768/32768" in (folder / "output.log").read_text() and (folder / "done.json").exists()
 
 
 def test_runner_stopped_by_sigterm_stops_its_runs_with_a_checkpoint(tmp_path):
