@@ -188,11 +188,13 @@ def bootstrap_interval(values, reps=10_000, seed=0):
 
 
 def ablation_table(runs: pd.DataFrame):
-    """Each variant against the default run of the same env: the mean over seeds with its 95% bootstrap interval, and
-    the difference of the seed means in % of the default's."""
+    """Each variant against the default run of the same env: the mean over seeds with its 95% bootstrap interval, the
+    difference of the seed means in % of the default's, and whether the variant's seeds all lie below (or above) all
+    of the default's: the one reading that the seed spread cannot explain away."""
     lines = [
-        "| env | variant | seeds | return [95% bootstrap interval] | vs default | seeds better than the default's mean |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| env | variant | seeds | return [95% bootstrap interval] | vs default | seeds better than the default's mean "
+        "| against the default's seeds |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for env_id, env_runs in runs.groupby("env_id"):
         default = env_runs[env_runs["variant"] == "default"]["score"]
@@ -204,8 +206,17 @@ def ablation_table(runs: pd.DataFrame):
             low, high = bootstrap_interval(scores)
             change = (scores.mean() - base) / abs(base) if base else np.nan
             better = f"{(scores > base).sum()}/{len(scores)}"
+            if variant == "default":
+                verdict = ""
+            elif scores.max() < default.min():
+                verdict = "**all lower**"
+            elif scores.min() > default.max():
+                verdict = "**all higher**"
+            else:
+                verdict = "overlapping"
             lines.append(
-                f"| {env_id} | {variant} | {len(scores)} | {scores.mean():.1f} [{low:.1f}, {high:.1f}] | {change:+.0%} | {better} |"
+                f"| {env_id} | {variant} | {len(scores)} | {scores.mean():.1f} [{low:.1f}, {high:.1f}] | {change:+.0%} | {better} "
+                f"| {verdict} |"
             )
     return "\n".join(lines)
 

@@ -250,12 +250,18 @@ def test_ablation_table_gives_each_variant_its_interval_and_change():
             {"env_id": "Hopper-v5", "variant": "G2-no-gae", "seed": s, "score": v}
             for s, v in ((1, 500.0), (2, 600.0), (3, 1150.0))
         ]
+        + [{"env_id": "Hopper-v5", "variant": "G1-unclipped", "seed": s, "score": v} for s, v in ((1, 200.0), (2, 999.0))]
+        + [{"env_id": "Hopper-v5", "variant": "M6-relu", "seed": s, "score": v} for s, v in ((1, 1201.0), (2, 1500.0))]
     )
-    row = next(line for line in report.ablation_table(runs).splitlines() if "G2-no-gae" in line)
+    table = report.ablation_table(runs).splitlines()
+    row = next(line for line in table if "G2-no-gae" in line)
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     low, high = report.bootstrap_interval([500.0, 600.0, 1150.0])
     assert cells[2] == "3" and cells[3] == f"750.0 [{low:.1f}, {high:.1f}]"
     assert cells[4] == "-32%" and cells[5] == "1/3"  # (750 - 1100) / 1100; only 1150 beats the default's mean
+    assert cells[6] == "overlapping"  # 1150 lies inside the default's seeds (1000 to 1200)
+    verdicts = {line.split("|")[2].strip(): line.split("|")[-2].strip() for line in table[2:]}
+    assert verdicts["G1-unclipped"] == "**all lower**" and verdicts["M6-relu"] == "**all higher**"  # 999 < 1000 < 1200 < 1201
 
 
 def test_aggregate_iqm_is_the_trimmed_mean_of_normalized_scores():
