@@ -115,6 +115,17 @@ def write_data(data: Path, tables):
     runs.sort_values(KEYS).to_csv(data / "runs.csv", index=False)
 
 
+def by_seed(values: pd.Series, seeds: pd.Series):
+    """One value as it is; several, each with the seeds it belongs to: "abc (seed 3); not recorded (seeds 1, 2)"."""
+    if values.nunique() == 1:
+        return values.iloc[0]
+    parts = []
+    for value in sorted(set(values)):
+        mine = list(seeds[values == value])
+        parts.append(f"{value} (seed{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))})")
+    return "; ".join(parts)
+
+
 def runs_table(runs: pd.DataFrame):
     """Per env and variant: the seeds, the wall time of each run, and the commits and machines that ran them."""
     lines = ["| env | variant | seeds | wall time per run | commit | machine |", "| --- | --- | --- | --- | --- | --- |"]
@@ -123,7 +134,7 @@ def runs_table(runs: pd.DataFrame):
         group = group.sort_values("seed")
         wall = ", ".join("-" if pd.isna(t) else f"{t / 60:.0f} min" for t in group["seconds"])
         commits, machines = (
-            ", ".join(sorted(set(group[c].dropna().astype(str)))) or "not recorded" for c in ("commit", "machine")
+            by_seed(group[c].fillna("not recorded").astype(str), group["seed"]) for c in ("commit", "machine")
         )
         lines.append(f"| {env_id} | {variant} | {', '.join(map(str, group['seed']))} | {wall} | {commits} | {machines} |")
     return "\n".join(lines)

@@ -264,6 +264,21 @@ def test_ablation_table_gives_each_variant_its_interval_and_change():
     assert verdicts["G1-unclipped"] == "**all lower**" and verdicts["M6-relu"] == "**all higher**"  # 999 < 1000 < 1200 < 1201
 
 
+def test_runs_table_names_the_seeds_of_each_commit_and_machine():
+    """Seeds copied from an older sitting that did not record their commit keep "not recorded" beside the commit of
+    the seed that did, each with its seeds; a value shared by every seed stands alone."""
+    runs = pd.DataFrame(
+        [
+            {"env_id": "Hopper-v5", "variant": "default", "seed": 2, "seconds": 540.0, "commit": None, "machine": "M"},
+            {"env_id": "Hopper-v5", "variant": "default", "seed": 3, "seconds": 420.0, "commit": "abc", "machine": "M"},
+            {"env_id": "Hopper-v5", "variant": "default", "seed": 1, "seconds": None, "commit": None, "machine": "M"},
+        ]
+    )
+    row = report.runs_table(runs).splitlines()[2]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[2:] == ["1, 2, 3", "-, 9 min, 7 min", "abc (seed 3); not recorded (seeds 1, 2)", "M"]
+
+
 def test_aggregate_iqm_is_the_trimmed_mean_of_normalized_scores():
     rng = np.random.default_rng(0)
     tasks = ["Hopper-v5", "HalfCheetah-v5", "InvertedPendulum-v5"]
