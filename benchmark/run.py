@@ -71,11 +71,14 @@ PRESETS = {  # script, {env id: (steps, env-specific flags)}, seeds
 def ablations(script):
     """The `ablation` preset's variants for a script: the defaults, then one run per detail of ../shared/DETAILS.md
     with that detail turned off (or set to its non-reference value), named after its id. X2 is a launcher
-    (torchrun), not a flag, and is left out; G1 has several alternatives, the unclipped objective stands for them."""
+    (torchrun), not a flag, and is left out. G1 gets the paper's three other Table 1 objectives, each at the setting
+    that is this script's default: no clipping or penalty, a fixed KL penalty (beta 1), an adaptive one (d_targ 0.01)."""
     continuous = script == "ppo_continuous_action.py"
     rnn = script == "ppo_rnn.py"
     common = [
         ("G1-unclipped", "--surrogate unclipped"),
+        ("G1-kl-fixed", "--surrogate kl-fixed"),
+        ("G1-kl-adaptive", "--surrogate kl-adaptive"),
         ("G2-no-gae", "--no-gae"),
         ("G3-no-norm-adv", "--no-norm-adv"),
         ("G4-no-clip-vloss", "--no-clip-vloss"),
