@@ -17,13 +17,38 @@ def run_update(script, agent, batch, args, compiled=False, fused=True):
     return stats, [p.detach().clone() for p in agent.parameters()]
 
 
-def loss_and_grads(script, agent, mb, args, backward):
-    """The loss (computed apart, by the plain ppo_loss) and the gradients `backward` leaves in .grad."""
+def float64_twin(agent):
+    """A float64 copy of the agent (its parameters are loaded from the agent before each use)."""
+    twin = copy.deepcopy(agent).double()
+    if hasattr(twin, "preprocess"):  # Atari frames become float32 there; keep them float64
+        to_float32 = twin.preprocess
+        twin.preprocess = lambda x: to_float32(x).double()
+    return twin
+
+
+def loss_stats_grads(script, agent, mb, args, backward):
+    """The loss (computed apart, by the plain ppo_loss), the statistics `backward` returns and the gradients it leaves
+    in .grad."""
     agent.zero_grad()
     with torch.no_grad():
         loss, _ = script.ppo_loss(agent, mb, args, args.clip_coef, args.kl_beta)
-    backward(agent, mb, args, args.clip_coef, args.kl_beta)
-    return loss.item(), [p.grad.clone() for p in agent.parameters()]
+    stats = backward(agent, mb, args, args.clip_coef, args.kl_beta)
+    return loss.item(), torch.stack(stats), [p.grad.clone() for p in agent.parameters()]
+
+
+def assert_matches_float64(script, agent, twin, mb, args, backward):
+    """`backward`'s loss, statistics and gradients at the agent's parameters against the plain backward's, computed in
+    float64 by `twin` at the same parameters. Returns the statistics and gradients."""
+    twin.load_state_dict(agent.state_dict())
+    mb64 = {key: value.double() if value.dtype == torch.float32 else value for key, value in mb.items()}
+    exact_loss, exact_stats, exact_grads = loss_stats_grads(script, twin, mb64, args, script.ppo_backward)
+    loss, stats, grads = loss_stats_grads(script, agent, mb, args, backward)
+    assert loss == pytest.approx(exact_loss, rel=1e-5)
+    torch.testing.assert_close(stats.double(), exact_stats, rtol=1e-4, atol=1e-6)
+    for grad, exact in zip(grads, exact_grads):
+        # eager PyTorch's own first-layer conv gradients are ~5e-4 off float64 here (summing 25,600 products)
+        assert (grad.double() - exact).norm() <= 2e-3 * exact.norm()
+    return stats, grads
 
 
 def assert_same_update(first, second, atol, param_atol=None):
@@ -56,29 +81,40 @@ def test_compiled_backward_gives_the_plain_gradients(case):
 
     # one minibatch: the gradients of both paths against a float64 computation of the same network
     mb = {key: value[:64] for key, value in batch.items()}
-    twin = copy.deepcopy(agent).double()
-    if hasattr(twin, "preprocess"):  # Atari frames become float32 there; keep them float64
-        to_float32 = twin.preprocess
-        twin.preprocess = lambda x: to_float32(x).double()
-    mb64 = {key: value.double() if value.dtype == torch.float32 else value for key, value in mb.items()}
-    exact_loss, exact_grads = loss_and_grads(script, twin, mb64, args, script.ppo_backward)
+    twin = float64_twin(agent)
     for backward in (script.ppo_backward, compiled):
-        loss, grads = loss_and_grads(script, agent, mb, args, backward)
-        assert loss == pytest.approx(exact_loss, rel=1e-5)
-        for grad, exact in zip(grads, exact_grads):
-            # eager PyTorch's own first-layer conv gradients are ~5e-4 off float64 here (summing 25,600 products)
-            assert (grad.double() - exact).norm() <= 2e-3 * exact.norm()
+        _, grads = assert_matches_float64(script, agent, twin, mb, args, backward)
 
     # as backward() does, a second call adds its gradients to those already in .grad
     compiled(agent, mb, args, args.clip_coef, args.kl_beta)
     for grad, p in zip(grads, agent.parameters()):
         torch.testing.assert_close(p.grad, 2 * grad, rtol=1e-5, atol=1e-7)
 
-    # a whole update (8 Adam steps): the same logged losses. Parameters are not compared element by element: Adam's
-    # normalized step turns a rounding difference in a near-zero gradient into a difference of up to one step.
-    plain = run_update(script, copy.deepcopy(agent), batch, args)
-    fast = run_update(script, copy.deepcopy(agent), batch, args, compiled=True)
-    assert_same_update(plain, fast, atol=1e-5)
+    # a whole update (2 epochs of 4 minibatches, fused Adam stepping in between, lr raised to 1e-3 so that the parameters
+    # move far): at each minibatch, the compiled path at the parameters Adam has just written against float64. The two
+    # updates are not compared end to end: Adam's first steps are +-lr per element whatever a gradient's size, so float32
+    # rounding in a near-zero gradient flips whole steps, which then compound (the eager path's own drift is the larger).
+    start = [p.detach().clone() for p in agent.parameters()]
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=args.adam_eps, fused=True)
+    checked = []
+
+    def checked_backward(agent_, mb, *rest):
+        checked.append(mb)
+        return tuple(assert_matches_float64(script, agent_, twin, mb, args, compiled)[0])
+
+    np.random.seed(3)
+    script.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, checked_backward)
+    assert len(checked) == 8
+    # Adam moved the parameters far enough that the gradient changed well beyond the tolerance above: a graph that had
+    # kept the first minibatch's parameters would have failed it
+    at_start = copy.deepcopy(agent)
+    with torch.no_grad():
+        for p, p0 in zip(at_start.parameters(), start):
+            p.copy_(p0)
+    _, _, grads_end = loss_stats_grads(script, agent, checked[-1], args, script.ppo_backward)
+    _, _, grads_start = loss_stats_grads(script, at_start, checked[-1], args, script.ppo_backward)
+    change = torch.cat([(end - begin).flatten() for end, begin in zip(grads_end, grads_start)]).norm()
+    assert change > 0.05 * torch.cat([end.flatten() for end in grads_end]).norm()
 
 
 def test_a_new_clip_coef_or_kl_beta_does_not_rebuild_the_graph(cont):
