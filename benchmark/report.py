@@ -201,7 +201,7 @@ def bootstrap_interval(values, reps=10_000, seed=0):
 def ablation_table(runs: pd.DataFrame):
     """Each variant against the default run of the same env: the mean over seeds with its 95% bootstrap interval, the
     difference of the seed means in % of the default's, and whether the variant's seeds all lie below (or above) all
-    of the default's: the one reading that the seed spread cannot explain away."""
+    of the default's: the one reading that the seed spread cannot explain away (given only from two seeds on)."""
     lines = [
         "| env | variant | seeds | return [95% bootstrap interval] | vs default | seeds better than the default's mean "
         "| against the default's seeds |",
@@ -219,6 +219,8 @@ def ablation_table(runs: pd.DataFrame):
             better = f"{(scores > base).sum()}/{len(scores)}"
             if variant == "default":
                 verdict = ""
+            elif len(scores) < 2:
+                verdict = "one seed: none given"
             elif scores.max() < default.min():
                 verdict = "**all lower**"
             elif scores.min() > default.max():

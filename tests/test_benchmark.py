@@ -252,6 +252,7 @@ def test_ablation_table_gives_each_variant_its_interval_and_change():
         ]
         + [{"env_id": "Hopper-v5", "variant": "G1-unclipped", "seed": s, "score": v} for s, v in ((1, 200.0), (2, 999.0))]
         + [{"env_id": "Hopper-v5", "variant": "M6-relu", "seed": s, "score": v} for s, v in ((1, 1201.0), (2, 1500.0))]
+        + [{"env_id": "Hopper-v5", "variant": "M5-state-dependent-std", "seed": 1, "score": 2000.0}]
     )
     table = report.ablation_table(runs).splitlines()
     row = next(line for line in table if "G2-no-gae" in line)
@@ -262,6 +263,7 @@ def test_ablation_table_gives_each_variant_its_interval_and_change():
     assert cells[6] == "overlapping"  # 1150 lies inside the default's seeds (1000 to 1200)
     verdicts = {line.split("|")[2].strip(): line.split("|")[-2].strip() for line in table[2:]}
     assert verdicts["G1-unclipped"] == "**all lower**" and verdicts["M6-relu"] == "**all higher**"  # 999 < 1000 < 1200 < 1201
+    assert verdicts["M5-state-dependent-std"] == "one seed: none given"  # above all of the default's, but a single seed
 
 
 def test_runs_table_names_the_seeds_of_each_commit_and_machine():
