@@ -189,12 +189,16 @@ def build_matrix(options):
     return runs
 
 
-def commit():
-    """The checkout's commit, with "+changes" when its tracked files differ from it; None outside git."""
+def commit(root=ROOT):
+    """The checkout's commit, with "+changes" when its tracked code (Python files, requirements.txt) differs from it,
+    so that editing a report or README while runs start does not mark them; None outside git."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "*.py", "requirements.txt"],
+            cwd=root,
+            capture_output=True,
+            text=True,
         )
     except (OSError, subprocess.CalledProcessError):
         return None

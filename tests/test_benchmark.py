@@ -69,15 +69,50 @@ def test_runner_records_the_commit_a_run_started_from(tmp_path, monkeypatch):
 
     head = {"now": "abc1234"}
 
-    def training(*args, **kwargs):  # the run, during which somebody commits
-        head["now"] = "def5678"
-        return 0
+    class Training:  # the run's process, during which somebody commits
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def wait(self):
+            head["now"] = "def5678"
+            return 0
 
     monkeypatch.setattr(run, "commit", lambda: head["now"])
-    monkeypatch.setattr(run.subprocess, "call", training)
+    monkeypatch.setattr(run.subprocess, "Popen", Training)
+    monkeypatch.setattr(run, "machine", lambda: "a machine")  # it would start processes too
     one = run.Run("ppo_continuous_action.py", "InvertedPendulum-v5", "default", 1, 2048)
     assert run.execute(one, tmp_path, threading.Event())[2]
     assert json.loads((one.folder(tmp_path) / "done.json").read_text())["commit"] == "abc1234"
+
+
+def test_runner_marks_a_commit_changed_only_when_its_code_differs(tmp_path):
+    """Editing a report while runs start leaves their commit clean; an edited script or requirements.txt marks it."""
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    files = {"train.py": "x = 1\n", "requirements.txt": "torch\n", "notes.md": "a\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True, text=True)
+    head = head.stdout.strip()
+    assert run.commit(tmp_path) == head
+    (tmp_path / "notes.md").write_text("b\n")
+    (tmp_path / "untracked.py").write_text("y = 2\n")
+    assert run.commit(tmp_path) == head
+    for name in ("train.py", "requirements.txt"):
+        (tmp_path / name).write_text("changed\n")
+        assert run.commit(tmp_path) == head + "+changes", name
+        git("checkout", "--", name)
 
 
 def test_runner_prints_commands_and_writes_a_slurm_array(tmp_path):
