@@ -95,7 +95,8 @@ def test_runner_marks_a_commit_changed_only_when_its_code_differs(tmp_path):
     """Editing a report while runs start leaves their commit clean; an edited script or requirements.txt marks it."""
 
     def git(*args):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True)
+        command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
 
     files = {"train.py": "x = 1\n", "requirements.txt": "torch\n", "notes.md": "a\n"}
     for name, text in files.items():
