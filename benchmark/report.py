@@ -339,6 +339,7 @@ def main(argv=None):
         commands += [command for command in added if command not in commands]
         write_data(data, tables)
         (data / "commands.txt").write_text("\n".join(commands) + "\n")
+        tables = read_data(data)  # the report is built from the data as kept, so a rebuild from them gives the same
     runs = summarize(tables, options.last)
 
     sections = [f"# Results: {output.name}\n"]

@@ -203,6 +203,25 @@ def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
     assert sorted(episodes["seed"].unique()) == [1, 2] and (clone / "data" / "episodes.csv.gz").stat().st_size < 20_000
 
 
+def test_report_from_runs_equals_the_rebuild_from_its_data_to_the_last_digit(tmp_path):
+    """The data keep returns rounded to 0.1; a report must not show figures that its data cannot give back. Returns
+    10.04 x 4 and 10.24 average 10.08 (shown 10.1), rounded first 10.04 (shown 10.0): both reports must say 10.0."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    seed = tmp_path / "runs" / "InvertedPendulum-v5" / "default" / "seed1"
+    writer = SummaryWriter(str(seed / "runs" / "run"))
+    for step, value in enumerate([10.04, 10.04, 10.04, 10.04, 10.24]):
+        writer.add_scalar("charts/episodic_return", value, step * 10)
+    writer.add_scalar("charts/SPS", 100, 50)
+    writer.close()
+    (seed / "done.json").write_text(json.dumps({"returncode": 0, "seconds": 60, "commit": "abc", "machine": "m"}))
+    first = report_of(tmp_path / "runs", tmp_path / "results")
+    clone = tmp_path / "clone"
+    shutil.copytree(tmp_path / "results" / "data", clone / "data")
+    assert "| 10.0 |" in score_row(first)
+    assert score_row(report_of(clone, clone)) == score_row(first)
+
+
 def test_report_adds_a_later_sittings_runs_to_the_data(tiny, tmp_path):
     """Seed 1 reported in one sitting, seed 2 in another: the data and the table hold both; reporting seed 2 again
     replaces it rather than adding a third run."""
