@@ -107,7 +107,8 @@ def merge_data(kept, new):
 
 
 def write_data(data: Path, tables):
-    """Both tables, sorted, returns rounded to 0.1 (the report's precision): a few kB per run once compressed."""
+    """Both tables, sorted, returns rounded to 0.1 (the report's precision): about 22 kB per 1M-step MuJoCo run once
+    compressed."""
     data.mkdir(parents=True, exist_ok=True)
     episodes, runs = tables
     episodes = episodes.sort_values(KEYS + ["step"], kind="stable").round({"episodic_return": 1})
