@@ -446,6 +446,8 @@ def train(args: Args, stop_signals=()):
         scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef}
         if args.surrogate in ("kl-fixed", "kl-adaptive"):
             scalars["charts/kl_beta"] = kl_beta
+        if args.target_kl is not None:
+            scalars["charts/update_epochs"] = stats["epochs"]  # X3: the epochs run before the KL stopped the update
         for key in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
             scalars[f"losses/{key}"] = stats[key].item()
         scalars["losses/explained_variance"] = explained_var

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from conftest import FEED_FORWARD, batch_logprobs, fixed_batch, load_script, make_agent, reference_minibatch_loss, update_case
 
 
@@ -77,6 +78,31 @@ def test_kl_early_stopping_after_an_epoch(script, tmp_path, monkeypatch, target_
     stats = script.update_policy(agent, optimizer, batch, args, UPDATE_SETTINGS[script.__name__][1], 1.0)
     assert stats["epochs"] == expected_epochs
     assert optimizer.steps == expected_epochs * args.num_minibatches
+
+
+TINY_RUNS = {  # two updates of each script, eager (no compile), on small envs
+    "ppo_continuous_action": dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2, total_timesteps=128),
+    "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=128),
+    "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=4, num_steps=32, num_minibatches=2, total_timesteps=256),
+}
+
+
+@pytest.mark.parametrize("target_kl,logged_epochs", [(None, None), (1e9, [3, 3]), (0.0, [1, 1])])
+def test_each_update_logs_the_epochs_it_ran_under_x3(script, tmp_path, monkeypatch, target_kl, logged_epochs):
+    """With --target-kl, charts/update_epochs says how many of the update's epochs ran (all 3 under a target no KL
+    reaches, 1 under a target of 0); without it the tag is not written."""
+    monkeypatch.chdir(tmp_path)
+    flags = {**TINY_RUNS[script.__name__], "update_epochs": 3, "target_kl": target_kl, "compile": False}
+    script.train(script.Args(**flags))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()["scalars"]
+    assert len(accumulator.Scalars("charts/SPS")) == 2  # two updates logged
+    if logged_epochs is None:
+        assert "charts/update_epochs" not in tags
+    else:
+        assert [e.value for e in accumulator.Scalars("charts/update_epochs")] == logged_epochs
 
 
 def clipped_surrogate(newlogprob, oldlogprob, advantages, eps):
