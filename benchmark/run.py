@@ -4,13 +4,18 @@
     python benchmark/run.py --preset ablation --env-ids InvertedPendulum-v5 --total-timesteps 50000 --seeds 1 2
     python benchmark/run.py --script ppo_atari.py --env-ids PongNoFrameskip-v4 --seeds 1 2 \\
         --variant default= --variant envpool="--vector-env envpool"
-    python benchmark/run.py --preset atari --print-commands       # one shell line per run
-    python benchmark/run.py --preset atari --slurm atari.sbatch   # a Slurm array job, one task per run
+    python benchmark/run.py --preset atari                        # ours and CleanRL's ppo_atari.py, 2 games, 2M steps
+    python benchmark/run.py --preset atari-10m --print-commands   # one shell line per run
+    python benchmark/run.py --preset atari-10m --slurm atari.sbatch   # a Slurm array job, one task per run
+    python benchmark/run.py --script ppo_atari.py --env-ids PongNoFrameskip-v4 --peer cleanrl=PATH/cleanrl/ppo_atari.py
 
 Each run gets its own folder, <out>/<env id>/<variant>/seed<k>/, and runs there, so its TensorBoard logs land in
 <out>/<env id>/<variant>/seed<k>/runs/<run name>/; its output goes to output.log beside them. A run that exits cleanly
 leaves done.json (command, exit code, wall time), and later calls skip it: run the same command again after an
 interruption and only the unfinished runs start (those stopped by Ctrl-C continue from their checkpoint).
+A peer (--peer NAME=SCRIPT) is another
+project's script run as one more variant, NAME, with its own defaults: it gets only --env-id, --seed and
+--total-timesteps, none of --flags, and starts over when interrupted (it writes no checkpoint).
 Summarize the folder with benchmark/report.py, which keeps each run's episodes in <results>/data/ (committed); runs
 whose data are already there are skipped too, so that a matrix can be finished over several sittings and machines.
 """
@@ -36,12 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from versus import machine  # noqa: E402  (beside this file)
 
 ATARI_GAMES = ["PongNoFrameskip-v4", "BreakoutNoFrameskip-v4", "BeamRiderNoFrameskip-v4"]
+CLEANRL = ROOT.parent / "shared" / "peers" / "cleanrl"  # kept for measuring, beside the checkout (never copied)
 # the hyperparameters of the README's CartPoleNoVelocity command
 CARTPOLE_FLAGS = (
     "--num-envs 8 --num-steps 32 --num-minibatches 1 --update-epochs 20 --learning-rate 1e-3 --gamma 0.98 "
     "--gae-lambda 0.8 --ent-coef 0 --clip-coef 0.2"
 )
-PRESETS = {  # script, {env id: (steps, env-specific flags)}, seeds
+PRESETS = {  # script, {env id: (steps, env-specific flags)}, seeds[, {peer name: peer script}]
     "mujoco": (
         "ppo_continuous_action.py",
         {
@@ -58,7 +64,13 @@ PRESETS = {  # script, {env id: (steps, env-specific flags)}, seeds
         },
         [1, 2, 3],
     ),
-    "atari": ("ppo_atari.py", {game: (10_000_000, "") for game in ATARI_GAMES}, [1, 2, 3]),
+    "atari": (
+        "ppo_atari.py",
+        {game: (2_000_000, "") for game in ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"]},
+        [1, 2, 3],
+        {"cleanrl": str(CLEANRL / "ppo_atari.py")},
+    ),
+    "atari-10m": ("ppo_atari.py", {game: (10_000_000, "") for game in ATARI_GAMES}, [1, 2, 3]),
     "rnn": (
         "ppo_rnn.py",
         {**{game: (10_000_000, "") for game in ATARI_GAMES}, "CartPoleNoVelocity-v1": (200_000, CARTPOLE_FLAGS)},
@@ -132,7 +144,7 @@ class Run:
     variant: str
     seed: int
     total_timesteps: int
-    flags: list = field(default_factory=list)  # env flags, --flags, then the variant's
+    flags: list = field(default_factory=list)  # env flags, --flags, then the variant's (none for a peer)
 
     def folder(self, out: Path) -> Path:
         return out / self.env_id / self.variant / f"seed{self.seed}"
@@ -140,7 +152,7 @@ class Run:
     def command(self):
         return [
             sys.executable,
-            str(ROOT / self.script),
+            str(ROOT / self.script),  # a peer's script is an absolute path, which this join keeps
             "--env-id",
             self.env_id,
             "--seed",
@@ -153,7 +165,16 @@ class Run:
 
 def build_matrix(options):
     """The runs of the preset, with the command line's choices taking precedence."""
-    script, envs, seeds = PRESETS[options.preset] if options.preset else (None, {}, [1])
+    script, envs, seeds, *peers = PRESETS[options.preset] if options.preset else (None, {}, [1])
+    peers = dict(peers[0]) if peers else {}
+    for spec in options.peer or []:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or "/" in name or not Path(path).is_file():
+            raise SystemExit(f"error: --peer {spec}: write NAME=SCRIPT naming an existing script, e.g. --peer cleanrl=PATH")
+        peers[name] = str(Path(path).resolve())
+    for name, path in peers.items():
+        if not Path(path).is_file():
+            raise SystemExit(f"error: peer {name}: no script at {path}; pass --peer {name}=PATH to where it is")
     script = options.script or script
     if script is None:
         raise SystemExit("error: pass --preset or --script")
@@ -177,6 +198,8 @@ def build_matrix(options):
         variants = ablations(script)
     else:
         variants = {"default": ""}
+    if set(peers) & set(variants):
+        raise SystemExit(f"error: {', '.join(sorted(set(peers) & set(variants)))}: a peer and a variant share a name")
     runs = []
     for env_id, (steps, env_flags) in envs.items():
         total = options.total_timesteps or steps
@@ -186,6 +209,7 @@ def build_matrix(options):
             for seed in seeds:
                 flags = shlex.split(env_flags) + shlex.split(options.flags) + shlex.split(variant_flags)
                 runs.append(Run(script, env_id, name, seed, total, flags))
+        runs += [Run(path, env_id, name, seed, total) for name, path in peers.items() for seed in seeds]
     return runs
 
 
@@ -294,6 +318,9 @@ def main(argv=None):
         help='flags for every run, e.g. --flags "--vector-env envpool" (one flag alone: --flags=--no-gae)',
     )
     parser.add_argument("--variant", action="append", help="NAME=FLAGS, repeatable, e.g. --variant no-gae=--no-gae")
+    parser.add_argument(
+        "--peer", action="append", help="NAME=SCRIPT, repeatable: another project's script, run with its own defaults"
+    )
     parser.add_argument("--out", help="folder of the runs (default: benchmark/runs/<preset or script name>)")
     parser.add_argument(
         "--results",
