@@ -254,9 +254,10 @@ def interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def execute(run: Run, out: Path, stopping: threading.Event):
-    """Runs one training process in its folder; writes done.json when it completed. Returns (run, seconds, status):
-    done, stopped (by a signal, after saving a checkpoint) or failed."""
+def execute(run: Run, out: Path, stopping: threading.Event, threads=1):
+    """Runs one training process in its folder with `threads` torch threads (the CPUs shared among the workers);
+    writes done.json when it completed. Returns (run, seconds, status): done, stopped (by a signal, after saving a
+    checkpoint) or failed. MUJOCO_GL is left as the caller has it: no run renders unless its flags ask to."""
     folder = run.folder(out)
     folder.mkdir(parents=True, exist_ok=True)
     command = run.command()
@@ -265,7 +266,7 @@ def execute(run: Run, out: Path, stopping: threading.Event):
         command = [sys.executable, str(ROOT / run.script), "--resume", checkpoint]
     elif (folder / "runs").exists():
         shutil.rmtree(folder / "runs")  # a run that died without a checkpoint starts over
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     env.setdefault("WANDB_MODE", "offline")
     revision, start = commit(), time.time()  # the code this process runs, not what is checked out when it ends
     with open(folder / "output.log", "a") as log:
@@ -367,7 +368,8 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, interrupt)  # a cluster's preemption or a kill stops it as Ctrl-C does
     stopping, finished, unfinished, durations = threading.Event(), 0, [], []
     with ThreadPoolExecutor(max_workers=options.workers) as pool:
-        futures = [pool.submit(execute, run, out, stopping) for run in todo]
+        threads = max(1, (os.cpu_count() or 1) // options.workers)
+        futures = [pool.submit(execute, run, out, stopping, threads) for run in todo]
         try:
             for future in as_completed(futures):
                 run, seconds, status = future.result()
