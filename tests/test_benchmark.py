@@ -116,6 +116,51 @@ def test_runner_marks_a_commit_changed_only_when_its_code_differs(tmp_path):
         git("checkout", "--", name)
 
 
+PEER = """import json, os, sys
+json.dump({"argv": sys.argv[1:], "threads": os.environ.get("OMP_NUM_THREADS"), "gl": os.environ.get("MUJOCO_GL")},
+          open("seen.json", "w"))
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_runner_runs_a_peer_with_its_own_defaults_and_shares_the_cpus(tmp_path, workers):
+    """A peer is one more variant: its script gets --env-id, --seed and --total-timesteps alone (no --flags, which
+    are ours), in <out>/<env>/<peer name>/seed<k>/. Each run gets the CPUs divided among the workers as torch
+    threads, and MUJOCO_GL is not set for it (nothing renders)."""
+    peer = tmp_path / "elsewhere" / "their_ppo.py"
+    peer.parent.mkdir()
+    peer.write_text(PEER)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "MUJOCO_GL"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), *TINY, "--out", str(out), "--workers", str(workers)]
+        + ["--peer", f"theirs={peer}", "--flags=--no-gae", "--print-commands"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 4 and sum("their_ppo.py" in line for line in lines) == 2 and "--no-gae" not in lines[-1]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_atari.py", "--env-ids", "Pong", "Breakout"]
+        + ["--seeds", "3", "--total-timesteps", "7", "--peer", f"theirs={peer}", "--variant", "skip=--no-gae"]
+        + ["--out", str(out), "--workers", str(workers), "--index", "1"],  # runs only the matrix's second run
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads((out / "Pong" / "theirs" / "seed3" / "seen.json").read_text())
+    assert seen["argv"] == ["--env-id", "Pong", "--seed", "3", "--total-timesteps", "7"]
+    assert seen["threads"] == str(max(1, os.cpu_count() // workers)) and seen["gl"] is None
+    assert (out / "Pong" / "theirs" / "seed3" / "done.json").exists() and not (out / "Pong" / "skip").exists()
+
+
+def test_runner_refuses_a_missing_peer_in_one_line(tmp_path):
+    done = runner(*TINY, "--peer", f"theirs={tmp_path / 'nothing.py'}", "--print-commands")
+    assert done.returncode == 1 and done.stderr.strip().count("\n") == 0 and "--peer theirs=" in done.stderr
+
+
 def test_runner_prints_commands_and_writes_a_slurm_array(tmp_path):
     printed = runner(*TINY, "--out", str(tmp_path / "x"), "--print-commands")
     lines = printed.stdout.strip().splitlines()
