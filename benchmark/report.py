@@ -1,7 +1,8 @@
 """Summarizes a results folder written by benchmark/run.py: a Markdown table (mean +- std over seeds of each run's
 mean episodic return over its last 100 episodes, and SPS), learning curves as PNGs, an aggregate IQM with a bootstrap
 confidence interval (rliable) when several tasks are present, and, when a `default` variant is present, each
-variant's effect relative to it (the ablation table).
+variant's effect relative to it (the ablation table), or, for a peer (another project's script, benchmark/run.py
+--peer), the difference of ours from it with a bootstrap interval and a verdict: below, level or above.
 
     python benchmark/report.py benchmark/runs/mujoco --output benchmark/results/mujoco   # runs -> data -> report
     python benchmark/report.py benchmark/results/mujoco                                 # rebuilt from the data alone
@@ -83,7 +84,7 @@ def read_runs_folder(root: Path):
         steps, returns, sps = run
         key = {"env_id": folder.parts[-3], "variant": folder.parts[-2], "seed": int(folder.name[len("seed") :])}
         episodes.append(pd.DataFrame({**key, "step": steps, "episodic_return": returns}))
-        runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine")}})
+        runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine", "peer")}})
     if not runs:
         return None
     return pd.concat(episodes, ignore_index=True), pd.DataFrame(runs)
@@ -197,6 +198,35 @@ def bootstrap_interval(values, reps=10_000, seed=0):
     values = np.asarray(values, dtype=float)
     draws = np.random.default_rng(seed).choice(values, size=(reps, len(values)), replace=True).mean(axis=1)
     return np.percentile(draws, 2.5), np.percentile(draws, 97.5)
+
+
+def difference_interval(ours, theirs, reps=10_000, seed=0):
+    """The 95% percentile-bootstrap interval of mean(ours) - mean(theirs), each side's seeds resampled on its own."""
+    rng = np.random.default_rng(seed)
+    draws = [rng.choice(np.asarray(v, dtype=float), size=(reps, len(v))).mean(axis=1) for v in (ours, theirs)]
+    return np.percentile(draws[0] - draws[1], 2.5), np.percentile(draws[0] - draws[1], 97.5)
+
+
+def peer_table(runs: pd.DataFrame, peers):
+    """Ours (the default variant) against each peer on each env: both scores over seeds, the difference of their means
+    with its 95% bootstrap interval, and the verdict it gives: level where the interval contains 0."""
+    lines = [
+        "| env | ours (default) | peer | peer's return | ours - peer [95% bootstrap interval] | ours is |",
+        "| --- | ---: | --- | ---: | ---: | --- |",
+    ]
+    for env_id, env_runs in runs.groupby("env_id"):
+        ours = env_runs[env_runs["variant"] == "default"]["score"]
+        for peer in variant_order(set(peers) & set(env_runs["variant"])):
+            theirs = env_runs[env_runs["variant"] == peer]["score"]
+            if ours.empty:
+                continue
+            low, high = difference_interval(ours, theirs)
+            verdict = "below" if high < 0 else "above" if low > 0 else "level"
+            lines.append(
+                f"| {env_id} | {mean_std(ours)} ({len(ours)} seeds) | {peer} ({peers[peer]}) | {mean_std(theirs)} "
+                f"({len(theirs)} seeds) | {ours.mean() - theirs.mean():+.1f} [{low:+.1f}, {high:+.1f}] | **{verdict}** |"
+            )
+    return "\n".join(lines)
 
 
 def ablation_table(runs: pd.DataFrame):
@@ -349,13 +379,22 @@ def main(argv=None):
     iqm = aggregate_iqm(runs) if runs["env_id"].nunique() > 1 else ""
     if iqm:
         sections.append("## Aggregate over tasks (rliable)\n\n" + iqm + "\n")
-    if (runs["variant"] != "default").any() and (runs["variant"] == "default").any():
+    table = tables[1]
+    peers = dict(table[["variant", "peer"]].dropna().drop_duplicates().values) if "peer" in table else {}
+    if peers and (runs["variant"] == "default").any():
+        note = (
+            "Ours is the default variant; a peer is another project's script run with its own defaults (benchmark/run.py "
+            "--peer). The interval resamples each side's seeds on its own; ours is level where it contains 0.\n\n"
+        )
+        sections.append("## Ours against peers\n\n" + note + peer_table(runs, peers) + "\n")
+    ablations = runs[~runs["variant"].isin(peers)]
+    if (ablations["variant"] != "default").any() and (ablations["variant"] == "default").any():
         note = (
             "Return: the mean over seeds of each run's score, with a 95% percentile-bootstrap interval over seeds (with 3 "
             "seeds it spans the lowest to the highest seed: a resample of one seed three times has probability 1/27). "
             "The figures below draw the default's mean and band on every variant's panel.\n\n"
         )
-        sections.append("## Each variant against the default\n\n" + note + ablation_table(runs) + "\n")
+        sections.append("## Each variant against the default\n\n" + note + ablation_table(ablations) + "\n")
     sections.append("## Learning curves\n")
     for env_id, env_runs in runs.groupby("env_id"):
         png = f"{env_id}.png"

@@ -286,6 +286,8 @@ def execute(run: Run, out: Path, stopping: threading.Event, threads=1):
     if status == "done":
         record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
         record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
+        if not Path(run.script).resolve().is_relative_to(ROOT):  # another project's script: a peer
+            record["peer"] = str(Path(run.script).name)
         (folder / "done.json").write_text(json.dumps(record, indent=1) + "\n")
     return run, seconds, status
 

@@ -248,18 +248,48 @@ def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
     assert sorted(episodes["seed"].unique()) == [1, 2] and (clone / "data" / "episodes.csv.gz").stat().st_size < 20_000
 
 
+def logged_run(seed_folder, returns, **done):
+    """A finished run as benchmark/run.py leaves it: TensorBoard episodes (one every 10 steps) and done.json."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(seed_folder / "runs" / "run"))
+    for step, value in enumerate(returns):
+        writer.add_scalar("charts/episodic_return", value, step * 10)
+    writer.add_scalar("charts/SPS", 100, 10 * len(returns))
+    writer.close()
+    done = {"returncode": 0, "seconds": 60, "commit": "abc", "machine": "m", **done}
+    (seed_folder / "done.json").write_text(json.dumps(done))
+
+
+def test_report_sets_ours_against_a_peer_with_the_differences_interval(tmp_path):
+    """Hand-made scores (each run's episodes all equal its score), three seeds a side. A: ours 5, 5, 5 against 3, 3, 3:
+    +2.0, interval [+2.0, +2.0], above. B: 1, 2, 3 on both sides: +0.0, level; a resampled side's sum S of three
+    draws takes 3..9 with weights 1, 3, 6, 7, 6, 3, 1 (/27), so the difference (S1 - S2) / 3 is >= 4/3 with probability
+    (1 + 6 + 21) / 729 = 3.8% and >= 5/3 with 7 / 729 = 1.0%: the 97.5th percentile is 4/3, the interval [-1.3, +1.3]. C: ours 1, 1, 1 against 4, 5, 6: -4.0 and an interval inside [1 - 6, 1 - 4] = [-5, -3], below. The peer
+    is not listed as an ablation variant, and the rebuild from the data alone says the same."""
+    scores = {"A": ([5, 5, 5], [3, 3, 3]), "B": ([1, 2, 3], [1, 2, 3]), "C": ([1, 1, 1], [4, 5, 6])}
+    for env, (ours, theirs) in scores.items():
+        for seed in (1, 2, 3):
+            logged_run(tmp_path / "runs" / env / "default" / f"seed{seed}", [ours[seed - 1]] * 4)
+            logged_run(tmp_path / "runs" / env / "theirs" / f"seed{seed}", [theirs[seed - 1]] * 4, peer="their_ppo.py")
+    first = report_of(tmp_path / "runs", tmp_path / "results")
+    clone = tmp_path / "clone"
+    shutil.copytree(tmp_path / "results" / "data", clone / "data")
+    for text in (first, report_of(clone, clone)):
+        section = text.split("## Ours against peers")[1].split("\n## ")[0]
+        rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in section.splitlines() if line.startswith("| ")}
+        assert rows["A"][2] == "theirs (their_ppo.py)" and rows["A"][4:] == ["+2.0 [+2.0, +2.0]", "**above** |"]
+        assert rows["B"][4] == "+0.0 [-1.3, +1.3]" and rows["B"][5] == "**level** |"
+        difference, low, high = map(float, re.findall(r"[-+]\d+\.\d", rows["C"][4]))
+        assert difference == -4.0 and -5 <= low < high <= -3 and rows["C"][5] == "**below** |"
+        assert "## Each variant against the default" not in text  # the peer is no ablation variant
+    assert "| theirs |" in first  # its runs are listed with the others
+
+
 def test_report_from_runs_equals_the_rebuild_from_its_data_to_the_last_digit(tmp_path):
     """The data keep returns rounded to 0.1; a report must not show figures that its data cannot give back. Returns
     10.04 x 4 and 10.24 average 10.08 (shown 10.1), rounded first 10.04 (shown 10.0): both reports must say 10.0."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    seed = tmp_path / "runs" / "InvertedPendulum-v5" / "default" / "seed1"
-    writer = SummaryWriter(str(seed / "runs" / "run"))
-    for step, value in enumerate([10.04, 10.04, 10.04, 10.04, 10.24]):
-        writer.add_scalar("charts/episodic_return", value, step * 10)
-    writer.add_scalar("charts/SPS", 100, 50)
-    writer.close()
-    (seed / "done.json").write_text(json.dumps({"returncode": 0, "seconds": 60, "commit": "abc", "machine": "m"}))
+    logged_run(tmp_path / "runs" / "InvertedPendulum-v5" / "default" / "seed1", [10.04, 10.04, 10.04, 10.04, 10.24])
     first = report_of(tmp_path / "runs", tmp_path / "results")
     clone = tmp_path / "clone"
     shutil.copytree(tmp_path / "results" / "data", clone / "data")
