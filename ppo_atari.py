@@ -1,8 +1,7 @@
-"""PPO for Atari (ALE through gymnasium): a Nature-CNN actor-critic with the reference's Atari wrappers; the defaults
-are the reference implementation's (openai/baselines ppo2), which differ from the paper's Table 5 in epochs (4, not 3),
-minibatches (4 of 256 steps, not 32 x 8 of 32) and the value coefficient (0.5, not 1).
-Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1) detail is a flag. What is not PPO
-(checkpoints, logging, torchrun, flag checks, evaluation, the envpool adapter) is in run_plumbing.py.
+"""PPO for Atari (ALE through gymnasium): a Nature-CNN actor-critic with the reference's Atari wrappers and defaults
+(openai/baselines ppo2: 4 epochs of 4 minibatches and a value coefficient of 0.5, not the paper's 3, 32 x 8 and 1).
+Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1) detail is a flag. What is not PPO is in
+modules beside it: run_plumbing.py (the run), checkpoints.py, flag_checks.py, distributed_x2.py (X2), env_adapters.py.
 
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --total-timesteps 10000000
 """
@@ -22,7 +21,9 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common import atari_wrappers
 from torch.distributions.categorical import Categorical
 
-from run_plumbing import EnvpoolVectorEnv, Run, all_ranks_mean, average_gradients, compiled_backward, main, rank_seed
+from env_adapters import EnvpoolVectorEnv
+from distributed_x2 import all_ranks_mean, average_gradients, rank_seed
+from run_plumbing import Run, compiled_backward, main
 
 gym.register_envs(ale_py)  # the ALE ids exist only once ale_py is registered
 
@@ -32,7 +33,7 @@ class Args:
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment, part of the run name runs/{env_id}__{exp_name}__{seed}__{time}"""
     seed: int = 1
-    """seed of python, numpy, torch and the environments (env i gets seed + i)"""
+    """seed of python, numpy, torch and the environments (env i gets seed + i), in 0 .. 2**32 - 1"""
     torch_deterministic: bool = True
     """sets `torch.backends.cudnn.deterministic`"""
     cuda: bool = True
@@ -40,7 +41,7 @@ class Args:
     torch_threads: int = 0
     """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core, which the CNN's update uses well"""
     compile: bool = True
-    """compute each minibatch's loss and gradients in one torch.compile'd graph (torch.func.grad; inductor): the same gradients to float tolerance, the first update waits a few seconds for the compiler (cached for later runs); runs eagerly where dynamo cannot trace the agent (nn.LSTM, nn.GRU) and, with a warning, where no C++ compiler is present"""
+    """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; README: Flag notes)"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"
@@ -52,9 +53,9 @@ class Args:
     save_model: bool = False
     """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
     checkpoint_interval: int | None = None
-    """write runs/{run_name}/agent.pt (atomically) every this many updates; None: every 100 with --save-model, else never; 0: never"""
+    """write runs/{run_name}/agent.pt every this many updates; None: every 100 with --save-model, else never; 0: never"""
     resume: str | None = None
-    """continue the run saved in this agent.pt with its own flags, schedules, step count, statistics and RNG states, logging to the same run; the envs start new episodes"""
+    """continue the run saved in this agent.pt with its own flags, schedules, statistics and RNG states (new episodes)"""
     eval_checkpoint: str | None = None
     """instead of training, load this agent.pt (written by --save-model) and report its mean episodic return"""
     eval_episodes: int = 10
@@ -69,28 +70,28 @@ class Args:
     num_steps: int = 128
     """(G10) steps per environment in each rollout (the paper's horizon T)"""
     vector_env: Literal["sync", "async", "envpool"] = "sync"
-    """(G10) gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (one subprocess per env), or envpool (C++ threads, its own A1-A7 set from the same flags, differing in two points: its no-op count 1..noop_max includes the FIRE press, and it takes no-ops again after each lost life)"""
+    """(G10) gymnasium's SyncVectorEnv or AsyncVectorEnv (a process per env), or envpool (C++; README: Flag notes)"""
 
     surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"
-    """(G1) the policy objective, one of the paper's Table 1 variants: the clipped surrogate; no clipping or penalty; a fixed KL penalty --kl-beta; an adaptive KL penalty whose beta is halved when the KL after an update is below --kl-dtarg/1.5 and doubled when above --kl-dtarg*1.5"""
+    """(G1) the paper's Table 1 objective: clipped, unclipped, or a KL penalty, fixed (--kl-beta) or adaptive (--kl-dtarg)"""
     clip_coef: float = 0.1
-    """(G1, G4) the clip range epsilon of the surrogate and of the value loss"""
+    """(G1, G4) the clip range epsilon of the surrogate and of the value loss, > 0 (no clipping: G1 unclipped, G4 off)"""
     kl_beta: float = 1.0
-    """(G1) the KL penalty coefficient beta (the initial one for kl-adaptive)"""
+    """(G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)"""
     kl_dtarg: float = 0.01
     """(G1) the target KL d_targ of kl-adaptive"""
     gae: bool = True
-    """(G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end, advantage = return - value"""
+    """(G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end"""
     gamma: float = 0.99
-    """(G2) the discount factor gamma"""
+    """(G2) the discount factor gamma, in [0, 1]"""
     gae_lambda: float = 0.95
-    """(G2) the GAE lambda"""
+    """(G2) the GAE lambda, in [0, 1]"""
     norm_adv: bool = True
     """(G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed"""
     clip_vloss: bool = True
     """(G4) clip the value loss around the rollout's values, as the surrogate is clipped; off: plain squared error"""
     ent_coef: float = 0.01
-    """(G5) the coefficient of the entropy bonus in the loss"""
+    """(G5) the coefficient of the entropy bonus in the loss; 0 turns it off"""
     vf_coef: float = 0.5
     """(G5) the coefficient of the value loss in the loss"""
     anneal_lr: bool = True
@@ -104,7 +105,7 @@ class Args:
     max_grad_norm: float = 0.5
     """(G8) clip the global L2 norm of all gradients to this value; 0 turns it off"""
     ortho_init: bool = True
-    """(G9) orthogonal weights (gain sqrt(2) hidden, 0.01 policy output, 1 value output) and zero biases; off: PyTorch's default init"""
+    """(G9) orthogonal weights (gain sqrt(2) hidden, 0.01 policy, 1 value), zero biases; off: PyTorch's default init"""
     adam_eps: float = 1e-5
     """(G11) the epsilon of Adam (PyTorch's default is 1e-8)"""
 
@@ -127,15 +128,15 @@ class Args:
     activation: Literal["relu", "tanh"] = "relu"
     """(A9) the activation of the hidden layers"""
     shared_network: bool = True
-    """(A10) policy and value share the CNN and its 512-unit layer; off: two separate networks"""
+    """(A10) policy and value share their network up to the heads; off: two separate networks"""
 
     anneal_clip_coef: bool = False
     """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate"""
     target_kl: float | None = None
-    """(X3) stop the epochs of an update when the approximate KL of an epoch's last minibatch exceeds this; None: off"""
+    """(X3) stop an update's epochs once the approximate KL of an epoch's last minibatch exceeds this; None: off"""
 
     bootstrap_truncated: bool = False
-    """(B1) when the time limit truncates an episode, add gamma * V(final observation) to its last reward; off (the reference): truncation is treated as termination"""
+    """(B1) add gamma * V(final obs) to the last reward of a time-limit truncation; off (the reference): as a termination"""
 
     script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
     env_kinds: ClassVar[tuple] = ("atari",)  # the env ids check_args accepts
@@ -161,7 +162,7 @@ def make_env(args: Args, idx: int, run_name: str):
             env = atari_wrappers.NoopResetEnv(env, noop_max=args.noop_max)  # A1
         if args.frame_skip > 1:
             env = atari_wrappers.MaxAndSkipEnv(env, skip=args.frame_skip)  # A4
-        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real game's return and length: all lives, raw rewards
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real game's return: all lives, raw rewards
         if args.episodic_life:
             env = atari_wrappers.EpisodicLifeEnv(env)  # A3
         if args.fire_reset and "FIRE" in env.unwrapped.get_action_meanings():
@@ -204,10 +205,10 @@ class Agent(nn.Module):
         activation = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation]  # A9
         ortho = args.ortho_init
 
-        def body():  # the Nature CNN: three conv layers, then 512 units
-            *_, height, width, channels = obs_shape
-            in_channels = int(np.prod(obs_shape)) // (height * width)
-            cnn = nn.Sequential(
+        def body():
+            *stack, height, width, channels = obs_shape
+            in_channels = int(np.prod(stack)) * channels  # the stacked frames' channels, one after another
+            cnn = nn.Sequential(  # the Nature CNN: three conv layers, then 512 units
                 layer_init(nn.Conv2d(in_channels, 32, 8, stride=4), ortho=ortho),
                 activation(),
                 layer_init(nn.Conv2d(32, 64, 4, stride=2), ortho=ortho),
@@ -322,12 +323,13 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
     v_loss = value_loss(newvalue.view(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
-    return loss, (pg_loss.detach(), v_loss.detach(), entropy_loss.detach(), old_approx_kl, approx_kl, clipfrac)
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
 def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
-    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. --compile (the default) swaps
-    in run_plumbing.compiled_backward(ppo_loss): the same, computed by one compiled graph."""
+    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
+    --compile (the default) swaps in run_plumbing.compiled_backward(ppo_loss): the same, as one compiled graph."""
     loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
     loss.backward()
     return mb_stats
@@ -335,8 +337,8 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
-    or its compiled twin (--compile). Returns the logged statistics, each the mean over all minibatches of all
-    epochs, as tensors (no device sync here, except for X3)."""
+    or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each the mean over all minibatches of
+    all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
     b_inds = np.arange(args.batch_size)
     logged = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):
@@ -345,18 +347,17 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
             mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=batch["obs"].device)
             mb = {key: value[mb_inds] for key, value in batch.items()}
             optimizer.zero_grad()
-            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients
-            logged.append(torch.stack(mb_stats))
+            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients; ppo_loss's statistics
+            logged.append(torch.stack(list(mb_stats.values())))
             average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
             optimizer.step()
 
-        approx_kl = mb_stats[4]  # ppo_loss's 5th statistic: X3 looks at the epoch's last minibatch
+        approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
             break
-    keys = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
-    return dict(zip(keys, torch.stack(logged).mean(0))) | {"epochs": epoch + 1}
+    return dict(zip(mb_stats, torch.stack(logged).mean(0))) | {"epochs": epoch + 1}
 
 
 def batch_kl(agent, batch):
@@ -429,7 +430,7 @@ def train(args: Args, stop_signals=()):
             if args.bootstrap_truncated:
                 reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma)  # B1
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
-            next_obs = torch.as_tensor(next_obs, device=device)  # uint8: a quarter of float32's memory
+            next_obs = torch.as_tensor(next_obs, device=device)
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
             run.record_episodes(infos, global_step)
             if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
@@ -466,8 +467,7 @@ def train(args: Args, stop_signals=()):
             scalars["charts/kl_beta"] = kl_beta
         if args.target_kl is not None:
             scalars["charts/update_epochs"] = stats["epochs"]  # X3: the epochs run before the KL stopped the update
-        for key in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"):
-            scalars[f"losses/{key}"] = stats[key].item()
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}  # device sync
         scalars["losses/explained_variance"] = explained_var
         run.log(global_step, scalars)  # with the episodes that ended and the SPS
         run.checkpoint(iteration, global_step, kl_beta)  # every --checkpoint-interval updates

@@ -30,7 +30,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
-from run_plumbing import ArgError, check_args, compiled_backward  # noqa: E402
+from flag_checks import ArgError, check_args  # noqa: E402
+from run_plumbing import compiled_backward  # noqa: E402
 from versus import machine  # noqa: E402  (beside this file)
 
 BENCHMARK_ENVS = {  # script: (env id, training steps per run)
@@ -96,7 +97,8 @@ def update_compute(module, args):
         module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta)
     # timed with the backward the run uses (--compile: the compiled one, built by this warm-up call)
     device = torch.device("cpu")
-    backward = compiled_backward(module.ppo_loss, agent, device) if args.compile else module.ppo_backward
+    compiled = getattr(args, "compile", False)  # ppo_rnn.py has no --compile
+    backward = compiled_backward(module.ppo_loss, agent, device) if compiled else module.ppo_backward
     module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
     start = time.perf_counter()
     module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)

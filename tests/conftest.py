@@ -1,6 +1,11 @@
 """Loads the scripts as modules (they are files at the repository's top level, not a package) and runs them; the
 helpers the test modules share (no test module imports another): agents on stand-in spaces, fixed and recorded
-training batches, the loss written from the formulas, the detail contract of ../shared/DETAILS.md."""
+training batches, the loss written from the formulas, the detail contract of ../shared/DETAILS.md.
+
+Devices: a helper's tensors live on the device of what it is given (the agent's parameters, a run's rollout), so that a
+test computes on one device wherever it runs. make_agent builds its agent on the CPU (Args.cuda is not looked at:
+nothing moves it); rollout_batch's run trains where Args.cuda puts it (a GPU when one is visible, unless cuda=False).
+Random numbers are drawn on the CPU from seeded generators and then moved, so that they are the same on every device."""
 
 import importlib.util
 import os
@@ -88,8 +93,14 @@ def observation_and_action_spaces(script, obs_shape=None, n_actions=None):
     return Box(-np.inf, np.inf, obs_shape, np.float32), Discrete(n_actions)
 
 
+def device_of(agent):
+    """The device an agent's parameters live on."""
+    return next(agent.parameters()).device
+
+
 def make_agent(script, obs_shape=None, n_actions=None, **flags):
-    """script.Agent for the spaces above and script.Args(**flags), torch seeded with 0 first."""
+    """script.Agent for the spaces above and script.Args(**flags), torch seeded with 0 first; on the CPU, whatever
+    flags["cuda"] says (move it with .to(device))."""
     script = as_script(script)
     obs_space, action_space = observation_and_action_spaces(script, obs_shape, n_actions)
     torch.manual_seed(0)
@@ -98,7 +109,7 @@ def make_agent(script, obs_shape=None, n_actions=None, **flags):
 
 
 def random_obs(space, n, g):
-    """n random observations of `space`: uint8 frames, or standard normal vectors."""
+    """n random observations of `space`: uint8 frames, or standard normal vectors; on the CPU (g is a CPU generator)."""
     if space.dtype == np.uint8:
         return torch.randint(0, 256, (n,) + space.shape, dtype=torch.uint8, generator=g)
     return torch.randn((n,) + space.shape, generator=g)
@@ -106,9 +117,10 @@ def random_obs(space, n, g):
 
 def forward(agent, obs, action=None):
     """(action, logprob, entropy, value) of any script's agent; a recurrent one takes obs as one step of len(obs) envs
-    from its zero initial state."""
+    from its zero initial state, made on obs's device."""
     if hasattr(agent, "initial_state"):
-        return agent.get_action_and_value(obs, agent.initial_state(len(obs)), torch.zeros(len(obs)), action)[:4]
+        state, done = agent.initial_state(len(obs), obs.device), torch.zeros(len(obs), device=obs.device)
+        return agent.get_action_and_value(obs, state, done, action)[:4]
     return agent.get_action_and_value(obs, action)
 
 
@@ -118,17 +130,18 @@ def forward(agent, obs, action=None):
 
 def fixed_batch(script, agent, n=64, seed=1):
     """A feed-forward script's flat training batch of n random observations, with the agent's own actions, log-probs
-    and values, and random advantages and returns."""
-    g = torch.Generator().manual_seed(seed)
-    obs = random_obs(observation_and_action_spaces(script)[0], n, g)
+    and values, and random advantages and returns; on the agent's device (the same numbers on every device)."""
+    g, device = torch.Generator().manual_seed(seed), device_of(agent)
+    obs = random_obs(observation_and_action_spaces(script)[0], n, g).to(device)
     with torch.no_grad():
         actions, logprobs, _, values = agent.get_action_and_value(obs)
+    advantages = torch.randn(n, generator=g).to(device) * 3 + 1
     return {
         "obs": obs,
         "actions": actions,
         "logprobs": logprobs,
-        "advantages": torch.randn(n, generator=g) * 3 + 1,
-        "returns": values.flatten() + torch.randn(n, generator=g),
+        "advantages": advantages,
+        "returns": values.flatten() + torch.randn(n, generator=g).to(device),
         "values": values.flatten(),
     }
 
@@ -136,7 +149,8 @@ def fixed_batch(script, agent, n=64, seed=1):
 def rollout_batch(tmp_path, monkeypatch, **flags):
     """ppo_rnn.py's batch: a real rollout on CartPoleNoVelocity (an early policy: episodes of about 20 steps end inside
     the 64-step segment) with a zero learning rate, so that the agent after the run is the rollout's; returns it with
-    the flat batch, random advantages added, and the Args."""
+    the flat batch, random advantages added, and the Args. The run trains where flags["cuda"] (Args' default: True)
+    puts it; the batch is on the rollout's device, the agent's."""
     rnn = load_script("ppo_rnn")
     monkeypatch.chdir(tmp_path)
     defaults = dict(env_id="CartPoleNoVelocity-v1", num_envs=4, num_steps=64, total_timesteps=256, num_minibatches=2)
@@ -144,7 +158,8 @@ def rollout_batch(tmp_path, monkeypatch, **flags):
     result = rnn.train(args)
     r = result["rollout"]
     batch = {key: r[key].flatten(0, 1) for key in ("obs", "actions", "logprobs", "values", "dones")}
-    batch["advantages"] = torch.randn(len(batch["obs"]), generator=torch.Generator().manual_seed(0))
+    advantages = torch.randn(len(batch["obs"]), generator=torch.Generator().manual_seed(0))  # the same on every device
+    batch["advantages"] = advantages.to(batch["obs"].device)
     batch["returns"] = batch["values"] + batch["advantages"]
     batch["state"] = r["initial_state"]
     return result["agent"], batch, args
@@ -153,7 +168,8 @@ def rollout_batch(tmp_path, monkeypatch, **flags):
 def update_case(script, tmp_path, monkeypatch):
     """(agent, batch, args) for one update_policy call of any script: the feed-forward scripts get fixed_batch (64
     samples, 4 minibatches); ppo_rnn.py, whose minibatches are whole env sequences with recomputed states, gets
-    rollout_batch (4 envs x 64 steps, 2 minibatches)."""
+    rollout_batch (4 envs x 64 steps, 2 minibatches). Each case is on one device: the feed-forward ones on the CPU
+    (make_agent's), ppo_rnn.py's on its run's device (a GPU where one is visible)."""
     script = as_script(script)
     if script.__name__ == "ppo_rnn":
         return rollout_batch(tmp_path, monkeypatch)

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import tyro
 from conftest import DETAILS, ROOT, contract_flags, load_script
+from flag_checks import check_flags
 from scipy.stats import trim_mean
 
 sys.path.insert(0, str(ROOT / "benchmark"))
@@ -436,6 +437,7 @@ def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
     covered = set()
     for variant, flags in variants.items():
         args = tyro.cli(module.Args, args=flags.split())
+        check_flags(args)  # each value lies in its flag's range (FLAG_RULES)
         if variant == "default":
             assert args == default
             continue

@@ -2,10 +2,13 @@
 parses to a non-default value; bad input ends with a one-line error naming the flag, never a traceback."""
 
 import dataclasses
+import os
 import re
 import typing
 
 import pytest
+import checkpoints
+import torch
 import tyro
 from conftest import COLUMNS, DETAILS, ROOT, contract_flags, load_script, run_script
 
@@ -47,6 +50,15 @@ def test_contract_flag_exists_parses_and_names_its_detail(name, flag, detail):
         assert help_text and detail in help_text.group(1).split(", "), f"--{flag}'s help does not start with ({detail})"
 
 
+def write_checkpoint(path, **flags):
+    """A checkpoint file of ppo_continuous_action.py trained with `flags`, as load_checkpoint reads it, holding no agent:
+    enough for what is refused before an agent is made."""
+    cont = load_script("ppo_continuous_action")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint = {key: None for key in checkpoints.CHECKPOINT_KEYS}
+    torch.save({**checkpoint, "script": cont.Args.script, "args": dataclasses.asdict(cont.Args(**flags))}, path)
+
+
 BAD_INPUTS = [
     ("ppo_continuous_action", ["--env-id", "NoSuchEnv-v0"], "--env-id"),
     ("ppo_continuous_action", ["--env-id", "BreakoutNoFrameskip-v4"], "ppo_atari.py"),
@@ -72,6 +84,31 @@ BAD_INPUTS = [
     ("ppo_rnn", ["--env-id", "CartPoleNoVelocity-v1", "--vector-env", "envpool"], "--vector-env"),
     ("ppo_rnn", ["--rnn-hidden-size", "0"], "--rnn-hidden-size"),
     ("ppo_rnn", ["--resume", "corrupt.pt"], "--resume"),
+    # each numeric flag's range, checked before a run folder exists
+    ("ppo_continuous_action", ["--clip-coef", "-0.2"], "--clip-coef -0.2"),
+    ("ppo_continuous_action", ["--clip-coef", "0"], "--surrogate unclipped"),
+    ("ppo_continuous_action", ["--max-grad-norm", "-1"], "--max-grad-norm -1"),
+    ("ppo_continuous_action", ["--target-kl", "-1"], "--target-kl -1"),
+    ("ppo_continuous_action", ["--learning-rate", "-1"], "--learning-rate -1"),
+    ("ppo_continuous_action", ["--kl-beta", "0"], "--kl-beta 0"),
+    ("ppo_continuous_action", ["--kl-dtarg", "0"], "--kl-dtarg 0"),
+    ("ppo_continuous_action", ["--ent-coef", "-0.01"], "--ent-coef -0.01"),
+    ("ppo_continuous_action", ["--vf-coef", "-1"], "--vf-coef -1"),
+    ("ppo_continuous_action", ["--adam-eps", "0"], "--adam-eps 0"),
+    ("ppo_continuous_action", ["--gamma", "1.5"], "--gamma 1.5"),
+    ("ppo_continuous_action", ["--clip-obs", "-1"], "--clip-obs -1"),
+    ("ppo_continuous_action", ["--clip-reward", "-1"], "--clip-reward -1"),
+    ("ppo_continuous_action", ["--log-std-init", "nan"], "--log-std-init nan"),
+    ("ppo_continuous_action", ["--checkpoint-interval", "-1"], "--checkpoint-interval -1"),
+    ("ppo_continuous_action", ["--seed", "-1"], "--seed -1"),
+    ("ppo_continuous_action", ["--eval-checkpoint", "hopper.pt", "--eval-episodes", "0"], "--eval-episodes 0"),
+    ("ppo_continuous_action", ["--eval-checkpoint", "hopper.pt", "--env-id", "Walker2d-v5"], "trained on Hopper-v5"),
+    ("ppo_continuous_action", ["--resume", "saved/"], "--resume saved/: is a folder"),
+    ("ppo_continuous_action", ["--eval-checkpoint", "saved"], "--eval-checkpoint saved: is a folder"),
+    ("ppo_atari", ["--clip-coef", "-0.1"], "--clip-coef -0.1"),
+    ("ppo_atari", ["--noop-max", "-1"], "--noop-max -1"),
+    ("ppo_rnn", ["--learning-rate", "-1"], "--learning-rate -1"),
+    ("ppo_rnn", ["--max-grad-norm", "-0.5"], "--max-grad-norm -0.5"),
 ]
 BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 
@@ -79,9 +116,62 @@ BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 @pytest.mark.parametrize("name,flags,named", BAD_INPUTS, ids=[f"{n}:{' '.join(f)}" for n, f, _ in BAD_INPUTS])
 def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
     (tmp_path / "corrupt.pt").write_bytes(b"this is not a checkpoint")
+    write_checkpoint(tmp_path / "hopper.pt", env_id="Hopper-v5")
+    write_checkpoint(tmp_path / "saved" / "Hopper-v5__run__1__1" / "agent.pt", env_id="Hopper-v5")
     result = run_script(name, *flags, cwd=tmp_path, timeout=120)
-    assert result.returncode != 0
+    assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip() and "Powered by Stella" not in line]
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], result.stderr
     assert not (tmp_path / "runs").exists()  # nothing started
+
+
+@pytest.mark.parametrize("render", [True, False])
+def test_a_gl_backend_without_its_library_is_one_line(tmp_path, render):
+    """MuJoCo loads the MUJOCO_GL backend when it is imported; one whose library is missing (osmesa here: no libOSMesa
+    on the test machine; egl on some GPU machines) dies deep in PyOpenGL, with --capture-video or without it (a
+    MUJOCO_GL left in the shell). The run stops before its folder with one line that names the backend and both
+    fixes."""
+    import ctypes.util
+
+    if ctypes.util.find_library("OSMesa"):
+        pytest.skip("libOSMesa is installed here: MUJOCO_GL=osmesa would work")
+    flags = ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "2048"] + ["--capture-video"] * render
+    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path, env={"MUJOCO_GL": "osmesa"})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "MuJoCo cannot load with MUJOCO_GL=osmesa here (AttributeError" in lines[0]
+    assert "MUJOCO_GL=egl" in lines[0] and not (tmp_path / "runs").exists() and not (tmp_path / "videos").exists()
+
+
+def test_a_folder_passed_as_checkpoint_names_the_agent_pt_under_it(tmp_path):
+    args = load_script("ppo_continuous_action").Args()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(checkpoints.ArgError, match=r"^--resume .*empty: is a folder; .* e\.g\. runs/<run>/agent\.pt$"):
+        checkpoints.load_checkpoint(str(tmp_path / "empty"), "--resume", args)
+    older, newer = tmp_path / "runs" / "a" / "agent.pt", tmp_path / "runs" / "b" / "agent.pt"
+    write_checkpoint(older)
+    with pytest.raises(checkpoints.ArgError, match=f"^--eval-checkpoint .*/runs: is a folder; .*: {older}$"):
+        checkpoints.load_checkpoint(str(tmp_path / "runs"), "--eval-checkpoint", args)
+    write_checkpoint(newer)
+    os.utime(older, (1, 1))  # written long before `newer`
+    for folder in (tmp_path, tmp_path / "runs"):  # runs/<run>/agent.pt below the working folder, or below runs/
+        with pytest.raises(checkpoints.ArgError, match=f"one of the 2 agent.pt files under it; the newest: {newer}$"):
+            checkpoints.load_checkpoint(str(folder), "--resume", args)
+
+
+def test_evaluation_names_the_env_it_plays_and_refuses_another(tmp_path, monkeypatch, capsys):
+    """--eval-checkpoint plays the checkpoint's env; an --env-id other than the default and the checkpoint's is refused
+    (passing the default itself cannot be told from passing nothing)."""
+    cont = load_script("ppo_continuous_action")
+    monkeypatch.chdir(tmp_path)
+    flags = dict(env_id="Pendulum-v1", num_steps=64, total_timesteps=64, num_minibatches=2, compile=False, save_model=True)
+    cont.train(cont.Args(**flags))
+    (path,) = (tmp_path / "runs").glob("*/agent.pt")
+    for env_id in ("Hopper-v5", "Pendulum-v1"):  # the default (not passed), and the checkpoint's own
+        capsys.readouterr()
+        checkpoints.evaluate(cont.Args(eval_checkpoint=str(path), eval_episodes=1, env_id=env_id), cont.make_envs, cont.Agent)
+        lines = capsys.readouterr().out.splitlines()
+        assert len(lines) == 2 and all(" on Pendulum-v1" in line for line in lines), lines
+    with pytest.raises(checkpoints.ArgError, match="^--env-id Walker2d-v5 .* --eval-checkpoint .*Pendulum-v1"):
+        checkpoints.evaluate(cont.Args(eval_checkpoint=str(path), env_id="Walker2d-v5"), cont.make_envs, cont.Agent)

@@ -1,6 +1,7 @@
 """X2 with torch.distributed on CPU (gloo), two processes: the ranks stay bit-identical and move away from the
 parameters rank 0 starts from, one distributed update equals gradients averaged by hand, and a torchrun launch counts
-every rank's steps and episodes while only rank 0 logs."""
+every rank's steps and episodes while only rank 0 logs. The runs take --no-cuda (cuda=False): two processes need two
+GPUs with --cuda, which a one-GPU machine refuses (tested below without any GPU)."""
 
 import glob
 import os
@@ -12,10 +13,13 @@ import time
 
 import numpy as np
 import pytest
+import distributed_x2
 import torch
 import torch.multiprocessing as mp
 from conftest import ROOT, SCRIPTS, fixed_batch, load_script, make_agent, read_scalars, reference_minibatch_loss
-from run_plumbing import ArgError, average_env_statistics, env_statistics, rank_seed
+from distributed_x2 import average_env_statistics, distributed_setup, rank_seed
+from env_adapters import env_statistics
+from flag_checks import ArgError
 
 WORLD_SIZE = 2
 
@@ -132,7 +136,7 @@ def test_one_distributed_update_equals_gradients_averaged_by_hand(tmp_path):
 def test_torchrun_counts_every_ranks_steps_and_episodes(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            str(ROOT / "ppo_continuous_action.py"), "--env-id", "Pendulum-v1", "--num-steps", "256",
-           "--total-timesteps", "2048", "--num-minibatches", "4", "--update-epochs", "1"]  # fmt: skip
+           "--total-timesteps", "2048", "--num-minibatches", "4", "--update-epochs", "1", "--no-cuda"]  # fmt: skip
     result = subprocess.run(
         cmd, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
     )
@@ -150,7 +154,8 @@ def test_torchrun_counts_every_ranks_steps_and_episodes(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 # stop and resume under torchrun, the step budget, seeds, and the normalization statistics of all ranks
 
-PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "1"]
+# on CPUs (--no-cuda), which a resumed run keeps: it continues with its checkpoint's flags
+PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "1", "--no-cuda"]
 
 
 def torchrun(*flags, nproc=2):
@@ -197,6 +202,78 @@ def test_an_error_is_printed_once_under_torchrun(tmp_path):
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)  # fmt: skip
     assert result.returncode != 0
     assert result.stderr.count("error: --num-minibatches 7 does not divide") == 1, result.stderr[-3000:]
+
+
+def pretend_gpus(monkeypatch, gpus, local_world_size, local_rank=None):
+    """torchrun's variables for local rank `local_rank` of `local_world_size` processes (one node; None: a plain run)
+    on a machine that says it has `gpus` GPUs. distributed_setup's GPU selection and process group are recorded in the
+    returned list instead of done."""
+    calls = []
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    if local_rank is not None:
+        for name, value in (("RANK", local_rank), ("LOCAL_RANK", local_rank), ("WORLD_SIZE", local_world_size),
+                            ("LOCAL_WORLD_SIZE", local_world_size)):  # fmt: skip
+            monkeypatch.setenv(name, str(value))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", str(device))))
+    monkeypatch.setattr(distributed_x2.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed_x2.dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend)))
+    return calls
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_more_processes_than_gpus_are_refused_before_the_rendezvous(monkeypatch, local_rank):
+    """torchrun --nproc-per-node 2 on a one-GPU machine: with --cuda, rank 1 has no GPU of its own (cuda:1). Every rank
+    refuses, before it joins the process group (so that none waits for the others), naming both fixes."""
+    calls = pretend_gpus(monkeypatch, gpus=1, local_world_size=2, local_rank=local_rank)
+    with pytest.raises(ArgError) as error:
+        distributed_setup(cuda=True)
+    message = str(error.value)
+    assert "\n" not in message and "2 processes" in message and "1 GPU" in message, message
+    assert "--nproc-per-node 1" in message and "--no-cuda" in message, message
+    assert calls == []  # no GPU selected, no process group started
+
+    # on CPUs (--no-cuda) the same processes start: gloo, no GPU
+    assert distributed_setup(cuda=False) == (local_rank, 2, torch.device("cpu"))
+    assert calls == [("init", "gloo")]
+
+
+def test_as_many_gpus_as_processes_or_a_single_process_are_let_through(monkeypatch):
+    calls = pretend_gpus(monkeypatch, gpus=2, local_world_size=2, local_rank=1)
+    assert distributed_setup(cuda=True) == (1, 2, torch.device("cuda:1"))
+    assert calls == [("set_device", "cuda:1"), ("init", "nccl")]
+    calls = pretend_gpus(monkeypatch, gpus=1, local_world_size=1)  # a plain run on one GPU
+    assert distributed_setup(cuda=True) == (0, 1, torch.device("cuda:0"))
+    assert calls == [("set_device", "cuda:0")]
+
+
+PRETEND_ONE_GPU = """
+import runpy, sys, torch
+torch.cuda.is_available = lambda: True  # a one-GPU machine, for what distributed_setup asks before anything starts
+torch.cuda.device_count = lambda: 1
+sys.path.insert(0, {root!r})
+sys.argv[0] = {script!r}
+runpy.run_path({script!r}, run_name="__main__")
+"""
+
+
+def test_more_processes_than_gpus_under_torchrun_exit_at_once_with_one_line(tmp_path):
+    """The launch itself (on a machine that pretends to have one GPU): each worker exits 1 by itself (torchrun had to
+    kill none), and the error is printed once, by rank 0."""
+    script = ROOT / "ppo_continuous_action.py"
+    (tmp_path / "one_gpu.py").write_text(PRETEND_ONE_GPU.format(root=str(ROOT), script=str(script)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           "--monitor-interval", "5", str(tmp_path / "one_gpu.py"), "--env-id", "Pendulum-v1"]  # fmt: skip
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            timeout=120)  # fmt: skip
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "--nproc-per-node 1" in errors[0] and "--no-cuda" in errors[0], result.stderr[-3000:]
+    assert "forcefully" not in result.stderr and "closing signal" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.count("exitcode  : 1 ") == 2, result.stderr[-3000:]  # both ranks, by themselves
+    assert not glob.glob(str(tmp_path / "runs" / "*")), "refused before the run folder is made"
 
 
 def test_step_budget_counts_the_batches_of_all_ranks(tmp_path, monkeypatch):

@@ -47,7 +47,17 @@ def test_dockerfile_installs_what_the_readme_installs():
 def test_dockerfile_ships_the_scripts_and_runs_headless_as_a_user():
     text = DOCKERFILE.read_text()
     copied = " ".join(line for line in text.splitlines() if line.startswith("COPY"))
-    for name in ("ppo_continuous_action.py", "ppo_atari.py", "ppo_rnn.py", "run_plumbing.py", "benchmark/"):
+    for name in (
+        "ppo_continuous_action.py",
+        "ppo_atari.py",
+        "ppo_rnn.py",
+        "run_plumbing.py",
+        "env_adapters.py",
+        "checkpoints.py",
+        "distributed_x2.py",
+        "flag_checks.py",
+        "benchmark/",
+    ):
         assert name in copied
     user = re.findall(r"^USER (\S+)", text, re.M)
     assert user and user[-1] not in ("root", "0")

@@ -11,6 +11,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+import checkpoints
 import run_plumbing
 import torch
 from conftest import ROOT, SCRIPTS, load_script, read_scalars, run_script
@@ -83,7 +84,7 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
     (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["iteration"] == 2 and checkpoint["global_step"] == steps
-    with pytest.raises(run_plumbing.ArgError, match="drop --seed --total-timesteps"):  # flags are the checkpoint's
+    with pytest.raises(checkpoints.ArgError, match="drop --seed --total-timesteps"):  # flags are the checkpoint's
         module.train(module.Args(resume=path, seed=2, total_timesteps=12345))
     resumed = module.train(module.Args(resume=path))
     assert resumed["run_name"] == result["run_name"] and resumed["episodic_returns"] == []
@@ -172,16 +173,16 @@ def test_nan_guard_stops_before_writing_a_bad_checkpoint(tmp_path, monkeypatch):
 def test_foreign_checkpoint_is_refused(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"model": {}}, foreign)
-    with pytest.raises(run_plumbing.ArgError, match="--resume .* was not written by ppo_continuous_action.py"):
+    with pytest.raises(checkpoints.ArgError, match="--resume .* was not written by ppo_continuous_action.py"):
         cont.train(cont.Args(resume=str(foreign)))
     other_script = tmp_path / "other.pt"
-    torch.save({key: None for key in run_plumbing.CHECKPOINT_KEYS} | {"script": "ppo_atari.py"}, other_script)
-    with pytest.raises(run_plumbing.ArgError, match="--resume .* was written by ppo_atari.py; load it with that script"):
+    torch.save({key: None for key in checkpoints.CHECKPOINT_KEYS} | {"script": "ppo_atari.py"}, other_script)
+    with pytest.raises(checkpoints.ArgError, match="--resume .* was written by ppo_atari.py; load it with that script"):
         cont.train(cont.Args(resume=str(other_script)))
     truncated = tmp_path / "truncated.pt"
     torch.save({"weights": torch.zeros(1000)}, truncated)
     truncated.write_bytes(truncated.read_bytes()[:200])
-    with pytest.raises(run_plumbing.ArgError, match="not a readable checkpoint"):
+    with pytest.raises(checkpoints.ArgError, match="not a readable checkpoint"):
         cont.train(cont.Args(resume=str(truncated)))
 
 
@@ -214,13 +215,13 @@ def test_stop_saves_the_last_finished_update_as_it_was(tmp_path, monkeypatch):
     parameters, optimizer, counters, and also the normalization statistics and RNG states, which the dropped rollout
     had moved on. Resuming either checkpoint is then the same run."""
     written = {}
-    save = run_plumbing.save_checkpoint
+    save = checkpoints.save_checkpoint
 
     def keep_each(path, checkpoint):
         save(path, checkpoint)
         written[(os.path.basename(os.getcwd()), checkpoint["iteration"])] = torch.load(path, weights_only=True)
 
-    monkeypatch.setattr(run_plumbing, "save_checkpoint", keep_each)
+    monkeypatch.setattr(checkpoints, "save_checkpoint", keep_each)
     args = cont.Args(env_id="StopsMidRolloutPendulum-v1", num_steps=64, total_timesteps=64 * 4, num_minibatches=2,
                      update_epochs=1, checkpoint_interval=1)  # fmt: skip
     for run, stop_signals in (("uninterrupted", []), ("stopped", STOP_REQUESTS)):
@@ -260,7 +261,7 @@ def test_checkpoints_reach_the_disk_before_and_after_the_rename(tmp_path, monkey
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or fsync(fd))
     monkeypatch.setattr(os, "replace", lambda a, b: calls.append(("replace", str(a), str(b))) or replace(a, b))
     path = str(tmp_path / "agent.pt")
-    run_plumbing.save_checkpoint(path, {"model": {"w": torch.ones(3)}})
+    checkpoints.save_checkpoint(path, {"model": {"w": torch.ones(3)}})
     assert calls == [("fsync", path + ".tmp"), ("replace", path + ".tmp", path), ("fsync", str(tmp_path))]
     assert torch.equal(torch.load(path, weights_only=True)["model"]["w"], torch.ones(3))
     assert not os.path.exists(path + ".tmp")

@@ -41,7 +41,9 @@ def test_ignoring_dones_would_not_match(tmp_path, monkeypatch):
     """The check above can fail: without the resets the recomputed values drift from the rollout's."""
     agent, batch, _ = rollout_batch(tmp_path, monkeypatch)
     with torch.no_grad():
-        _, _, _, value, _ = agent.get_action_and_value(batch["obs"], batch["state"], torch.zeros(256), batch["actions"])
+        _, _, _, value, _ = agent.get_action_and_value(
+            batch["obs"], batch["state"], torch.zeros_like(batch["dones"]), batch["actions"]
+        )
     assert batch["dones"].sum() > 0 and not torch.allclose(value.flatten(), batch["values"], atol=1e-5)
 
 

@@ -1,0 +1,163 @@
+"""The flag checks every script runs before anything starts (before a run folder exists): each numeric flag's range,
+how the flags fit together, and whether the env id is one the script trains on. A bad command line ends in ArgError,
+whose one-line message names the flag and the fix (run_plumbing.main prints it). No PPO detail is decided here."""
+
+import os
+from dataclasses import fields
+
+import gymnasium as gym
+import numpy as np
+
+
+class ArgError(ValueError):
+    """A bad command line: the message names the flag and the fix."""
+
+
+# what each numeric flag of the scripts takes, where a script has it: flag -> (the test its value must pass, what the
+# message asks for). The message is "--flag value: what it asks for"; a flag that a value turns off says which. An unset
+# optional flag (None) is not tested; a float must first be finite (tyro reads "nan" and "inf").
+FLAG_RULES = {
+    "seed": (lambda v: 0 <= v < 2**32, "pass a seed in 0 .. 2**32 - 1 (numpy's range)"),
+    "torch_threads": (lambda v: v >= 0, "pass a positive count, or 0 for torch's default"),
+    "checkpoint_interval": (lambda v: v >= 0, "pass a count of updates, or 0 for none (unset: every 100 with --save-model)"),
+    "eval_episodes": (lambda v: v >= 1, "pass 1 or more"),
+    "total_timesteps": (lambda v: v >= 1, "pass a positive count"),
+    "num_envs": (lambda v: v >= 1, "pass a positive count"),
+    "num_steps": (lambda v: v >= 1, "pass a positive count"),
+    "clip_coef": (  # 0 is no "off": with it neither the policy (G1) nor the value (G4) may move from the rollout's
+        lambda v: v > 0,
+        "pass a clip range > 0; to turn clipping off use --surrogate unclipped (G1) and --no-clip-vloss (G4)",
+    ),
+    "kl_beta": (  # 0 is --surrogate unclipped, and kl-adaptive would never move it (it doubles or halves beta)
+        lambda v: v > 0,
+        "pass a KL penalty coefficient > 0; for no penalty use --surrogate unclipped",
+    ),
+    "kl_dtarg": (lambda v: v > 0, "pass a target KL > 0"),
+    "gamma": (lambda v: 0 <= v <= 1, "pass a discount in [0, 1]"),
+    "gae_lambda": (lambda v: 0 <= v <= 1, "pass a lambda in [0, 1] (--no-gae turns GAE off)"),
+    "ent_coef": (lambda v: v >= 0, "pass a coefficient >= 0 (0: no entropy bonus)"),
+    "vf_coef": (lambda v: v >= 0, "pass a coefficient >= 0"),
+    "learning_rate": (lambda v: v >= 0, "pass a learning rate > 0, or 0 to leave the agent as initialized"),
+    "num_minibatches": (lambda v: v >= 1, "pass a positive count (1: the full batch)"),
+    "update_epochs": (lambda v: v >= 1, "pass a positive count"),
+    "max_grad_norm": (lambda v: v >= 0, "pass a norm > 0, or 0 to turn G8 off"),
+    "adam_eps": (lambda v: v > 0, "pass an epsilon > 0 (Adam divides by it where a gradient is 0)"),
+    "clip_obs": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M2 off"),
+    "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
+    "noop_max": (lambda v: v >= 0, "pass a count of no-ops, or 0 to turn A1 off"),
+    "frame_skip": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A4 off"),
+    "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
+    "target_kl": (lambda v: v >= 0, "pass a KL >= 0 (0: one epoch per update), or leave it unset (None) to turn X3 off"),
+    "rnn_hidden_size": (lambda v: v >= 1, "pass a positive size"),
+}
+
+
+ENV_KINDS = {  # what check_args tells apart: (description, example id, the script that trains on it)
+    "continuous": ("an env with continuous (Box) actions", "Hopper-v5", "ppo_continuous_action.py"),
+    "atari": ("an Atari game", "BreakoutNoFrameskip-v4", "ppo_atari.py or ppo_rnn.py"),
+    "discrete-vector": ("an env with vector observations and discrete actions", "CartPole-v1", "ppo_rnn.py"),
+}
+
+
+def env_kind(env_id):
+    """Which of ENV_KINDS the registered `env_id` is, and the type of its action space; ArgError if it is none of them
+    or cannot be made."""
+    if gym.spec(env_id).entry_point == "ale_py.env:AtariEnv":
+        return "atari", "Discrete"
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as e:
+        raise ArgError(f"--env-id {env_id} cannot be created: {e}") from None
+    except Exception as e:  # importing MuJoCo dies inside PyOpenGL where MUJOCO_GL names a backend with no library
+        if "MUJOCO_GL" not in os.environ:
+            raise
+        raise ArgError(f"--env-id {env_id}: {gl_trouble('load', e)}; or unset MUJOCO_GL, which nothing needs") from None
+    observation_space, action_space = env.observation_space, env.action_space
+    env.close()
+    if isinstance(action_space, gym.spaces.Box):
+        return "continuous", "Box"
+    if isinstance(action_space, gym.spaces.Discrete) and len(observation_space.shape) == 1:
+        return "discrete-vector", "Discrete"
+    raise ArgError(
+        f"--env-id {env_id} has {type(observation_space).__name__} observations and a {type(action_space).__name__} "
+        "action space, which none of the scripts trains on"
+    )
+
+
+def check_flags(args) -> None:
+    """Checks each numeric flag of `args` against FLAG_RULES, the finiteness of every float flag first; ArgError names
+    the first flag out of its range."""
+    for field in fields(args):
+        value = getattr(args, field.name)
+        rule, fix = FLAG_RULES.get(field.name, (lambda v: True, "pass a finite number"))
+        if (isinstance(value, float) and not np.isfinite(value)) or (value is not None and not rule(value)):
+            raise ArgError(f"--{field.name.replace('_', '-')} {value}: {fix}")
+
+
+def check_args(args, world_size=1) -> None:
+    """Validates the flags (FLAG_RULES, then how they fit together) and the env id before anything starts, before any
+    run folder too; raises ArgError with a one-line message. What a
+    script accepts comes from its Args: `env_kinds` (keys of ENV_KINDS) and `minibatch_unit` ("batch_size": any split
+    of the batch; "num_envs": minibatches of whole env sequences). world_size: the processes under torchrun (X2), each
+    collecting a batch of its own."""
+    check_flags(args)
+    if getattr(args, args.minibatch_unit) % args.num_minibatches:
+        whole = getattr(args, args.minibatch_unit)
+        of = f"--num-envs {whole} (minibatches are made of whole env sequences)"
+        if args.minibatch_unit == "batch_size":
+            of = f"the batch of --num-envs {args.num_envs} x --num-steps {args.num_steps} = {whole}"
+        raise ArgError(f"--num-minibatches {args.num_minibatches} does not divide {of}; choose a divisor of {whole}")
+    if args.total_timesteps < args.batch_size * world_size:
+        batch = f"one batch ({args.batch_size})"
+        if world_size > 1:
+            batch = f"one update of {world_size} processes ({world_size} x {args.batch_size} = {args.batch_size * world_size})"
+        raise ArgError(f"--total-timesteps {args.total_timesteps} is less than {batch}; raise it")
+    if args.vector_env == "envpool" and args.capture_video:
+        raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
+    if args.vector_env == "envpool" and getattr(args, "noop_max", 1) == 0:
+        raise ArgError("envpool cannot turn A1 off (--noop-max 0); add --vector-env sync")
+
+    accepted = " or ".join(ENV_KINDS[kind][0] for kind in args.env_kinds)
+    try:
+        spec = gym.spec(args.env_id)
+    except gym.error.Error:
+        hint = f"this script takes {accepted}, e.g. {ENV_KINDS[args.env_kinds[0]][1]}"
+        if "atari" not in args.env_kinds and ("NoFrameskip" in args.env_id or args.env_id.startswith("ALE/")):
+            hint = "it is an Atari game: use ppo_atari.py"
+        raise ArgError(f"--env-id {args.env_id} is not a registered gymnasium environment; {hint}") from None
+    kind, action_space = env_kind(args.env_id)
+    if kind not in args.env_kinds:
+        what = "it is an Atari game" if kind == "atari" else f"it has a {action_space} action space"
+        raise ArgError(f"--env-id {args.env_id} is not {accepted}: {what}; use {ENV_KINDS[kind][2]}")
+    if kind == "atari" and spec.kwargs.get("frameskip", 1) != 1:
+        raise ArgError(
+            f"--env-id {args.env_id} skips frames itself; use the NoFrameskip-v4 id of the game so that A4 "
+            "(--frame-skip) does the skipping"
+        )
+    if kind != "atari" and args.vector_env == "envpool":
+        raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
+    if kind == "continuous" and args.capture_video:
+        check_rendering(args.env_id)
+
+
+def check_rendering(env_id):
+    """--capture-video on a MuJoCo env renders without a display through MUJOCO_GL (egl unless set, as make_env sets
+    it): one frame must render here, or ArgError names the backend and the others to try."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    try:
+        env = gym.make(env_id, render_mode="rgb_array")
+        env.reset(seed=0)
+        env.render()
+        env.close()
+    except Exception as e:
+        raise ArgError(f"--capture-video: {gl_trouble('render', e)}; or drop --capture-video") from None
+
+
+def gl_trouble(what, error):
+    """What to say when MuJoCo cannot load or render with the MUJOCO_GL backend: a missing libEGL or libOSMesa shows
+    as an AttributeError deep inside PyOpenGL."""
+    reason = (str(error).splitlines() or [""])[0]
+    return (
+        f"MuJoCo cannot {what} with MUJOCO_GL={os.environ['MUJOCO_GL']} here ({type(error).__name__}: {reason}); "
+        "set MUJOCO_GL=osmesa (apt install libosmesa6) or MUJOCO_GL=egl (apt install libegl1)"
+    )

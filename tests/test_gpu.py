@@ -1,0 +1,93 @@
+"""On a GPU (each test is skipped where torch sees none): a run stopped on CUDA resumes as the uninterrupted one goes on,
+CUDA's RNG states included; a checkpoint trained on CUDA is evaluated by a process that sees no GPU; --compile's
+backward on CUDA gives the plain gradients. The CPU versions of these tests, whose helpers these import, are in
+test_long_runs.py and test_fast_paths.py."""
+
+import glob
+import shutil
+
+import pytest
+import checkpoints
+import run_plumbing
+import torch
+from conftest import SCRIPTS, fixed_batch, load_script, make_agent, run_script
+from test_fast_paths import assert_matches_float64, float64_twin
+from test_long_runs import SAVE_THEN_EVALUATE, STOP_REQUESTS, assert_same
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: torch.cuda.is_available() is False")
+
+CUDA = torch.device("cuda")
+
+
+def test_a_run_stopped_on_cuda_resumes_as_the_uninterrupted_one_goes_on(tmp_path, monkeypatch):
+    """test_long_runs' stop in the middle of rollout 3, on CUDA: the stopped run saves update 2 exactly as the
+    uninterrupted run had it, the states of CUDA's generators (which sample the actions) included; resuming it then
+    gives, to the last bit, what resuming the uninterrupted run's own update-2 checkpoint gives. No tolerance: one GPU
+    runs the same kernels on the same numbers (an MLP: no cuDNN; --no-compile, to keep it short)."""
+    cont = load_script("ppo_continuous_action")
+    save = checkpoints.save_checkpoint
+
+    def keep_each(path, checkpoint):  # each checkpoint is also kept as agent.pt.<update>
+        save(path, checkpoint)
+        shutil.copy(path, f"{path}.{checkpoint['iteration']}")
+
+    monkeypatch.setattr(checkpoints, "save_checkpoint", keep_each)
+    args = cont.Args(env_id="StopsMidRolloutPendulum-v1", num_steps=64, total_timesteps=64 * 4, num_minibatches=2,
+                     update_epochs=1, checkpoint_interval=1, cuda=True, compile=False)  # fmt: skip
+    for run, stop_signals in (("uninterrupted", []), ("stopped", STOP_REQUESTS)):
+        (tmp_path / run).mkdir()
+        monkeypatch.chdir(tmp_path / run)
+        STOP_REQUESTS.clear()
+        cont.train(args, stop_signals)
+    assert STOP_REQUESTS
+    (stopped_path,) = glob.glob(str(tmp_path / "stopped" / "runs" / "*" / "agent.pt"))
+    (uninterrupted_path,) = glob.glob(str(tmp_path / "uninterrupted" / "runs" / "*" / "agent.pt.2"))
+    stopped, uninterrupted = (torch.load(path, weights_only=True) for path in (stopped_path, uninterrupted_path))
+    assert stopped["iteration"] == 2 and all(value.is_cuda for value in stopped["model"].values())  # trained on CUDA
+    assert len(stopped["rng"]["cuda"]) == torch.cuda.device_count()  # a state for each GPU's generator
+    for key in ("model", "optimizer", "env_stats", "rng", "iteration", "global_step", "kl_beta"):
+        assert_same(stopped[key], uninterrupted[key], key)
+
+    finals = []
+    for run, path in (("stopped", stopped_path), ("uninterrupted", uninterrupted_path)):
+        (tmp_path / f"{run}-resumed").mkdir()
+        monkeypatch.chdir(tmp_path / f"{run}-resumed")
+        result = cont.train(cont.Args(resume=path))  # with the checkpoint's flags: on CUDA
+        assert next(result["agent"].parameters()).is_cuda
+        finals.append(result["agent"].state_dict())
+    assert_same(finals[0], finals[1], "model after update 4")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_checkpoint_trained_on_cuda_evaluates_where_no_gpu_is_visible(tmp_path, name):
+    flags, episodes = SAVE_THEN_EVALUATE[name]  # test_long_runs' short runs
+    result = run_script(name, *flags, "--save-model", "--cuda", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (checkpoint_path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    model = torch.load(checkpoint_path, weights_only=True)["model"]
+    assert all(value.is_cuda for value in model.values())  # the weights were saved from the GPU
+    evaluation = run_script(name, "--eval-checkpoint", checkpoint_path, "--eval-episodes", str(episodes), cwd=tmp_path,
+                            env={"CUDA_VISIBLE_DEVICES": ""})  # fmt: skip
+    assert evaluation.returncode == 0, evaluation.stderr
+    assert f"over {episodes} episodes" in evaluation.stdout
+
+
+@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari"])
+def test_compiled_backward_on_cuda_gives_the_plain_gradients(name, monkeypatch):
+    """test_fast_paths' check on one minibatch, on CUDA: the plain and the compiled backward each against float64, and
+    against each other. cuDNN's convolutions run in TF32 by default (10-bit mantissas, ~1e-3 off float64), which would
+    need a looser tolerance than float32's: they are made float32 here."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    script = load_script(name)
+    agent = make_agent(script).to(CUDA)
+    args = script.Args(num_envs=1, num_steps=64, num_minibatches=1)
+    mb = fixed_batch(script, agent)  # on the agent's device
+    assert all(value.is_cuda for value in mb.values())
+    compiled = run_plumbing.compiled_backward(script.ppo_loss, agent, CUDA)
+    assert compiled is not script.ppo_backward
+    twin = float64_twin(agent)  # on CUDA too
+    _, plain_grads = assert_matches_float64(script, agent, twin, mb, args, script.ppo_backward)
+    _, compiled_grads = assert_matches_float64(script, agent, twin, mb, args, compiled)
+    for compiled_grad, plain_grad in zip(compiled_grads, plain_grads):
+        assert compiled_grad.is_cuda
+        assert (compiled_grad - plain_grad).norm() <= 1e-4 * plain_grad.norm() + 1e-8
