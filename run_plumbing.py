@@ -34,6 +34,8 @@ def main(args, train, make_envs, Agent):
     SIGTERM ask train() to stop with a checkpoint (stop_on_signals); while evaluating they stop it at once. A bad
     command line or a NaN ends with one line on stderr (printed by rank 0 alone under torchrun) instead of a traceback."""
     try:
+        if args.eval_checkpoint:  # Ctrl-C stops it at once, also where a shell started it in the background (SIG_IGN)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         evaluate(args, make_envs, Agent) if args.eval_checkpoint else train(args, stop_on_signals())
     except (ArgError, NonFiniteError) as e:
         if int(os.environ.get("RANK", 0)) == 0:
