@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import numpy as np
@@ -58,6 +59,17 @@ def run_script(name, *flags, cwd, timeout=600, env=None):
         text=True,
         timeout=timeout,
     )
+
+
+def write_checkpoint(path, args, **extra):
+    """A checkpoint file of a run of `args` as load_checkpoint reads it, holding no agent: enough for what is checked
+    before an agent is made (flags, script, env, process count)."""
+    import checkpoints
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    checkpoint = {key: None for key in checkpoints.CHECKPOINT_KEYS}
+    torch.save({**checkpoint, "script": args.script, "args": asdict(args), **extra}, path)
+    return str(path)
 
 
 def read_scalars(run_dir, tag):

@@ -8,9 +8,8 @@ import typing
 
 import pytest
 import checkpoints
-import torch
 import tyro
-from conftest import COLUMNS, DETAILS, ROOT, contract_flags, load_script, run_script
+from conftest import COLUMNS, DETAILS, ROOT, contract_flags, load_script, run_script, write_checkpoint
 
 
 def field_name(flag):
@@ -50,13 +49,8 @@ def test_contract_flag_exists_parses_and_names_its_detail(name, flag, detail):
         assert help_text and detail in help_text.group(1).split(", "), f"--{flag}'s help does not start with ({detail})"
 
 
-def write_checkpoint(path, **flags):
-    """A checkpoint file of ppo_continuous_action.py trained with `flags`, as load_checkpoint reads it, holding no agent:
-    enough for what is refused before an agent is made."""
-    cont = load_script("ppo_continuous_action")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint = {key: None for key in checkpoints.CHECKPOINT_KEYS}
-    torch.save({**checkpoint, "script": cont.Args.script, "args": dataclasses.asdict(cont.Args(**flags))}, path)
+def write_cont_checkpoint(path, **flags):
+    write_checkpoint(path, load_script("ppo_continuous_action").Args(**flags))
 
 
 BAD_INPUTS = [
@@ -116,8 +110,8 @@ BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 @pytest.mark.parametrize("name,flags,named", BAD_INPUTS, ids=[f"{n}:{' '.join(f)}" for n, f, _ in BAD_INPUTS])
 def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
     (tmp_path / "corrupt.pt").write_bytes(b"this is not a checkpoint")
-    write_checkpoint(tmp_path / "hopper.pt", env_id="Hopper-v5")
-    write_checkpoint(tmp_path / "saved" / "Hopper-v5__run__1__1" / "agent.pt", env_id="Hopper-v5")
+    write_cont_checkpoint(tmp_path / "hopper.pt", env_id="Hopper-v5")
+    write_cont_checkpoint(tmp_path / "saved" / "Hopper-v5__run__1__1" / "agent.pt", env_id="Hopper-v5")
     result = run_script(name, *flags, cwd=tmp_path, timeout=120)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
@@ -150,10 +144,10 @@ def test_a_folder_passed_as_checkpoint_names_the_agent_pt_under_it(tmp_path):
     with pytest.raises(checkpoints.ArgError, match=r"^--resume .*empty: is a folder; .* e\.g\. runs/<run>/agent\.pt$"):
         checkpoints.load_checkpoint(str(tmp_path / "empty"), "--resume", args)
     older, newer = tmp_path / "runs" / "a" / "agent.pt", tmp_path / "runs" / "b" / "agent.pt"
-    write_checkpoint(older)
+    write_cont_checkpoint(older)
     with pytest.raises(checkpoints.ArgError, match=f"^--eval-checkpoint .*/runs: is a folder; .*: {older}$"):
         checkpoints.load_checkpoint(str(tmp_path / "runs"), "--eval-checkpoint", args)
-    write_checkpoint(newer)
+    write_cont_checkpoint(newer)
     os.utime(older, (1, 1))  # written long before `newer`
     for folder in (tmp_path, tmp_path / "runs"):  # runs/<run>/agent.pt below the working folder, or below runs/
         with pytest.raises(checkpoints.ArgError, match=f"one of the 2 agent.pt files under it; the newest: {newer}$"):

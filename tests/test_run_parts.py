@@ -1,7 +1,6 @@
 """The pieces `Run` is made of, each alone, without a training run: `resume_flags` (which flags a resumed run takes),
 `RunLog` (what reaches TensorBoard, and the SPS) and `Checkpoints` (what a checkpoint written after a stop holds)."""
 
-from dataclasses import asdict
 from types import SimpleNamespace
 
 import checkpoints
@@ -10,23 +9,15 @@ import numpy as np
 import pytest
 import run_plumbing
 import torch
-from conftest import load_script, read_scalars
+from conftest import load_script, read_scalars, write_checkpoint
 from flag_checks import ArgError
 from run_plumbing import RunLog
-
-
-def saved_run(tmp_path, args, **extra):
-    """A checkpoint file as a run of `args` writes it (no agent needed for resume_flags)."""
-    path = str(tmp_path / "agent.pt")
-    checkpoint = {key: None for key in checkpoints.CHECKPOINT_KEYS}
-    checkpoints.save_checkpoint(path, checkpoint | {"script": args.script, "args": asdict(args), **extra})
-    return path
 
 
 def test_resume_flags_takes_the_checkpoints_flags_and_refuses_others(tmp_path):
     cont = load_script("ppo_continuous_action")
     trained = cont.Args(env_id="Hopper-v5", learning_rate=1e-3, seed=7)
-    path = saved_run(tmp_path, trained, world_size=2, local_world_size=2)
+    path = write_checkpoint(tmp_path / "agent.pt", trained, world_size=2, local_world_size=2)
     # the flags come from the checkpoint, not from the command line's defaults
     args, resumed = checkpoints.resume_flags(cont.Args(resume=path), world_size=2)
     assert (args.env_id, args.learning_rate, args.seed, args.resume) == ("Hopper-v5", 1e-3, 7, path)
