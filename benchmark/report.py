@@ -2,16 +2,18 @@
 mean episodic return over its last 100 episodes, and SPS), learning curves as PNGs, an aggregate IQM with a bootstrap
 confidence interval (rliable) when several tasks are present, and, when a `default` variant is present, each
 variant's effect relative to it (the ablation table), or, for a peer (another project's script, benchmark/run.py
---peer), the difference of ours from it with a bootstrap interval and a verdict: below, level or above.
+--peer), the difference of ours from it with a bootstrap interval and a verdict: below, level or above, and the
+training statistics of both (losses, KL, clip fraction, entropy, episode length) side by side at equal steps.
 
     python benchmark/report.py benchmark/runs/mujoco --output benchmark/results/mujoco   # runs -> data -> report
     python benchmark/report.py benchmark/results/mujoco                                 # rebuilt from the data alone
 
 The report is always built from compact data kept beside it, in <output>/data/: episodes.csv.gz (env_id, variant,
-seed, step, episodic_return of every episode of every run) and runs.csv (env_id, variant, seed, sps), small enough to
-commit. Reading a runs folder adds its runs to that data (replacing runs of the same env, variant and seed, keeping
-the others), so a matrix can be finished over several sittings and machines, and benchmark/run.py skips the runs the
-data already holds.
+seed, step, episodic_return, episodic_length of every episode of every run), runs.csv (env_id, variant, seed, sps,
+wall time, commit, machine, peer) and stats.csv.gz (each update's logged losses/<name>), small enough to commit.
+Reading a runs folder adds its runs to that data (replacing runs of the same env, variant and seed, keeping the
+others), so a matrix can be finished over several sittings and machines, and benchmark/run.py skips the runs the data
+already holds.
 """
 
 import argparse
@@ -47,10 +49,13 @@ REFERENCE_SCORES = {
     "InvertedPendulum-v5": (963.09, "CleanRL"),
 }
 CURVE_POINTS = 100  # points of each learning curve on a common step grid
+# Training statistics kept per update (TensorBoard's losses/<name>, the names of ours and of CleanRL's scripts)
+STATS = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "explained_variance"]
 
 
 def read_run(folder: Path):
-    """(steps, returns, sps) of one run folder (seed<k>), read from its TensorBoard event files."""
+    """(episodes, stats, sps) of one run folder (seed<k>), read from its TensorBoard event files: each episode's end
+    step, return and length; each update's step and training statistics (STATS, those logged); the last SPS."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     logdirs = sorted({str(Path(f).parent) for f in glob(str(folder / "runs" / "*" / "events.out.tfevents*"))})
@@ -59,62 +64,92 @@ def read_run(folder: Path):
     accumulator = EventAccumulator(logdirs[-1], size_guidance={"scalars": 0})
     accumulator.Reload()
     tags = accumulator.Tags()["scalars"]
-    episodes = accumulator.Scalars("charts/episodic_return") if "charts/episodic_return" in tags else []
+
+    def series(tag, name):
+        events = accumulator.Scalars(tag) if tag in tags else []
+        return pd.Series([e.value for e in events], index=pd.Index([e.step for e in events], name="step"), name=name)
+
+    returns, lengths = series("charts/episodic_return", "episodic_return"), series("charts/episodic_length", "episodic_length")
+    episodes = pd.DataFrame({"step": returns.index, "episodic_return": returns.to_numpy()})
+    if len(lengths) == len(returns):  # logged with each return, at the same steps
+        episodes["episodic_length"] = lengths.to_numpy()
+    logged = [series(f"losses/{name}", name) for name in STATS if f"losses/{name}" in tags]
+    stats = pd.concat([s[~s.index.duplicated(keep="last")] for s in logged], axis=1).reset_index() if logged else None
     sps = accumulator.Scalars("charts/SPS")[-1].value if "charts/SPS" in tags else np.nan
-    return np.array([e.step for e in episodes]), np.array([e.value for e in episodes]), sps
+    return episodes, stats, sps
 
 
 KEYS = ["env_id", "variant", "seed"]
 
 
 def read_runs_folder(root: Path):
-    """(episodes, runs) tables of the finished runs (those with done.json) of a folder written by benchmark/run.py: the
-    episodes from its TensorBoard logs; per run the last logged SPS and, from done.json, the wall time, the commit and
-    the machine."""
-    episodes, runs = [], []
+    """(episodes, runs, stats) tables of the finished runs (those with done.json) of a folder written by benchmark/run.py:
+    the episodes and the updates' statistics from its TensorBoard logs; per run the last logged SPS and, from done.json,
+    the wall time, the commit, the machine and the peer."""
+    episodes, runs, stats = [], [], []
     for folder in sorted(root.glob("*/*/seed*")):
         done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
         if done.get("returncode") != 0:  # still running, stopped, or failed: its last episodes are not its score
             print(f"skipped {folder}: not finished (no done.json); run benchmark/run.py again to finish it", file=sys.stderr)
             continue
         run = read_run(folder)
-        if run is None or len(run[0]) == 0:
+        if run is None or run[0].empty:
             print(f"skipped {folder}: no episodes logged", file=sys.stderr)
             continue
-        steps, returns, sps = run
+        run_episodes, run_stats, sps = run
         key = {"env_id": folder.parts[-3], "variant": folder.parts[-2], "seed": int(folder.name[len("seed") :])}
-        episodes.append(pd.DataFrame({**key, "step": steps, "episodic_return": returns}))
+        episodes.append(run_episodes.assign(**key))
+        if run_stats is not None:
+            stats.append(run_stats.assign(**key))
         runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine", "peer")}})
     if not runs:
         return None
-    return pd.concat(episodes, ignore_index=True), pd.DataFrame(runs)
+    return pd.concat(episodes, ignore_index=True), pd.DataFrame(runs), pd.concat(stats, ignore_index=True) if stats else None
 
 
 def read_data(data: Path):
-    """The (episodes, runs) tables kept in a data folder, or None where there is none yet."""
+    """The (episodes, runs, stats) tables kept in a data folder (stats None where none were kept), or None where there
+    is none yet."""
     if not (data / "runs.csv").exists():
         return None
-    return pd.read_csv(data / "episodes.csv.gz"), pd.read_csv(data / "runs.csv")
+    stats = pd.read_csv(data / "stats.csv.gz") if (data / "stats.csv.gz").exists() else None
+    return pd.read_csv(data / "episodes.csv.gz"), pd.read_csv(data / "runs.csv"), stats
 
 
 def merge_data(kept, new):
     """kept's tables with new's runs added; a run in both (same env, variant and seed) is taken from new."""
     if kept is None:
         return new
-    replaced = kept[1].merge(new[1][KEYS], on=KEYS, how="left", indicator=True)["_merge"].eq("both").to_numpy()
-    old_keys = kept[1][~replaced][KEYS]
-    episodes = pd.concat([kept[0].merge(old_keys, on=KEYS), new[0]], ignore_index=True)
-    return episodes, pd.concat([old_keys.merge(kept[1], on=KEYS), new[1]], ignore_index=True)
+    new_keys = new[1][KEYS]
+
+    def others(table):  # the rows of kept runs that new does not replace
+        if table is None:
+            return None
+        replaced = table[KEYS].merge(new_keys, on=KEYS, how="left", indicator=True)["_merge"].eq("both").to_numpy()
+        return table[~replaced]
+
+    def joined(old, fresh):
+        parts = [t for t in (others(old), fresh) if t is not None and not t.empty]
+        return pd.concat(parts, ignore_index=True) if parts else None
+
+    return tuple(joined(old, fresh) for old, fresh in zip(kept, new))
 
 
 def write_data(data: Path, tables):
-    """Both tables, sorted, returns rounded to 0.1 (the report's precision): about 22 kB per 1M-step MuJoCo run once
-    compressed."""
+    """The tables, sorted; returns rounded to 0.1 (the report's precision), statistics to 4 significant digits: about
+    22 kB per 1M-step MuJoCo run's episodes once compressed."""
     data.mkdir(parents=True, exist_ok=True)
-    episodes, runs = tables
-    episodes = episodes.sort_values(KEYS + ["step"], kind="stable").round({"episodic_return": 1})
+    episodes, runs, stats = tables
+    order = KEYS + ["step"]
+    episodes = episodes.reindex(columns=order + [c for c in episodes if c not in order])
+    episodes = episodes.sort_values(order, kind="stable").round({"episodic_return": 1})
+    if "episodic_length" in episodes:  # NaN for runs kept from before lengths were kept
+        episodes["episodic_length"] = episodes["episodic_length"].round().astype("Int64")
     episodes.to_csv(data / "episodes.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
     runs.sort_values(KEYS).to_csv(data / "runs.csv", index=False)
+    if stats is not None:
+        stats = stats.reindex(columns=order + [name for name in STATS if name in stats]).sort_values(order, kind="stable")
+        stats.to_csv(data / "stats.csv.gz", index=False, float_format="%.4g", compression={"method": "gzip", "mtime": 0})
 
 
 def by_seed(values: pd.Series, seeds: pd.Series):
@@ -144,7 +179,7 @@ def runs_table(runs: pd.DataFrame):
 
 def summarize(tables, last: int):
     """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, curve data."""
-    episodes, runs = tables
+    episodes, runs, _ = tables
     rows = []
     for (env_id, variant, seed), run in episodes.groupby(KEYS, sort=True):
         steps, returns = run["step"].to_numpy(), run["episodic_return"].to_numpy()
@@ -165,6 +200,10 @@ def summarize(tables, last: int):
 
 def mean_std(values):
     return f"{np.mean(values):.1f} ± {np.std(values):.1f}" if len(values) > 1 else f"{np.mean(values):.1f}"
+
+
+def seeds(values):
+    return f"{len(values)} seed{'s' if len(values) != 1 else ''}"
 
 
 def per_seed(group):
@@ -220,12 +259,52 @@ def peer_table(runs: pd.DataFrame, peers):
             theirs = env_runs[env_runs["variant"] == peer]["score"]
             if ours.empty:
                 continue
-            low, high = difference_interval(ours, theirs)
-            verdict = "below" if high < 0 else "above" if low > 0 else "level"
+            difference = f"{ours.mean() - theirs.mean():+.1f}"
+            if min(len(ours), len(theirs)) < 2:  # a resampled single seed is that seed: no interval to speak of
+                difference, verdict = difference + " (one seed on a side: no interval)", "none given yet"
+            else:
+                low, high = difference_interval(ours, theirs)
+                difference += f" [{low:+.1f}, {high:+.1f}]"
+                verdict = "**below**" if high < 0 else "**above**" if low > 0 else "**level**"
             lines.append(
-                f"| {env_id} | {mean_std(ours)} ({len(ours)} seeds) | {peer} ({peers[peer]}) | {mean_std(theirs)} "
-                f"({len(theirs)} seeds) | {ours.mean() - theirs.mean():+.1f} [{low:+.1f}, {high:+.1f}] | **{verdict}** |"
+                f"| {env_id} | {mean_std(ours)} ({seeds(ours)}) | {peer} ({peers[peer]}) | {mean_std(theirs)} "
+                f"({seeds(theirs)}) | {difference} | {verdict} |"
             )
+    return "\n".join(lines)
+
+
+def three_digits(value):
+    """3 significant digits, without an exponent from 1,000 up: 0.00134, 0.75, 379, 1,350."""
+    return f"{float(f'{value:.3g}'):,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def statistics_table(episodes: pd.DataFrame, stats: pd.DataFrame, env_id: str, peer: str, windows=4):
+    """Ours (the default variant) and a peer on one env at equal steps: each training statistic (STATS) averaged over
+    the updates logged in each of `windows` equal spans of steps, and the episode length over the episodes that ended
+    in it, then over seeds; each cell is "ours / peer" ("-" for a side that logged nothing there); "" unless both sides
+    logged some."""
+    columns = KEYS + ["step"]
+    long = [stats.melt(id_vars=columns, var_name="name")] if stats is not None else []
+    if "episodic_length" in episodes:
+        long.append(episodes[columns + ["episodic_length"]].melt(id_vars=columns, var_name="name"))
+    if not long:
+        return ""
+    long = pd.concat(long).dropna(subset=["value"])
+    long = long[(long["env_id"] == env_id) & long["variant"].isin(["default", peer])]
+    if set(long["variant"]) != {"default", peer}:
+        return ""
+    unit = 10 ** max(0, len(str(int(long["step"].max()))) - 2)  # the spans end at the last step rounded up to 2 digits
+    edges = np.linspace(0, unit * np.ceil(long["step"].max() / unit), windows + 1)
+    long = long.assign(window=np.clip(np.searchsorted(edges, long["step"], side="right") - 1, 0, windows - 1))
+    means = long.groupby(["name", "variant", "window", "seed"])["value"].mean().groupby(["name", "variant", "window"]).mean()
+    spans = [f"steps {edges[w]:,.0f}-{edges[w + 1]:,.0f}" for w in range(windows)]
+    lines = ["| statistic | " + " | ".join(spans) + " |", "| --- |" + " ---: |" * windows]
+    for name in [n for n in STATS + ["episodic_length"] if n in set(long["name"])]:
+        cells = [
+            " / ".join(three_digits(means[name, v, w]) if (name, v, w) in means else "-" for v in ("default", peer))
+            for w in range(windows)
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -280,8 +359,9 @@ def curve(group: pd.DataFrame, grid):
     return np.array(curves)
 
 
-def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path):
-    """One panel if there is one variant; else one panel per variant with the default run drawn in grey behind it."""
+def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path, peers=()):
+    """One panel if there is one variant; else one panel per variant with the default run drawn in grey behind it, or
+    for a peer, ours (the default) in blue beside the peer in orange."""
     variants = variant_order(env_runs["variant"].unique())
     grid = np.linspace(0, max(s[-1] for s in env_runs["steps"]), CURVE_POINTS)
     panels = variants if len(variants) == 1 or "default" not in variants else [v for v in variants if v != "default"]
@@ -289,13 +369,15 @@ def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path):
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharex=True, sharey=True)
     for ax, variant in zip(axes.flat, panels):
-        shown = [("default", "grey")] if variant != "default" and "default" in variants else []
-        for name, color in shown + [(variant, "tab:blue")]:
+        behind = "tab:blue" if variant in peers else "grey"
+        shown = [("default", behind)] if variant != "default" and "default" in variants else []
+        for name, color in shown + [(variant, "tab:orange" if variant in peers else "tab:blue")]:
             curves = curve(env_runs[env_runs["variant"] == name], grid)
             with warnings.catch_warnings():  # grid points before a seed's first episode are NaN in every seed
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean, std = np.nanmean(curves, axis=0), np.nanstd(curves, axis=0)
-            ax.plot(grid, mean, color=color, label=f"{name} ({len(curves)} seeds)")
+            label = "ours (default)" if name == "default" and variant in peers else name
+            ax.plot(grid, mean, color=color, label=f"{label} ({len(curves)} seeds)")
             ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2)
         if env_id in REFERENCE_SCORES:
             ax.axhline(REFERENCE_SCORES[env_id][0], color="black", linestyle=":", linewidth=1, label="reference")
@@ -387,6 +469,20 @@ def main(argv=None):
             "--peer). The interval resamples each side's seeds on its own; ours is level where it contains 0.\n\n"
         )
         sections.append("## Ours against peers\n\n" + note + peer_table(runs, peers) + "\n")
+        note = (
+            "Training statistics at equal steps, ours / peer: each one's mean over the updates (episode length: over the "
+            "episodes) that fell in each span of steps, then over seeds. Ours logs each update's mean over all its "
+            "minibatches; CleanRL's logs those of the update's last minibatch (clipfrac: the mean over all), so its approx_kl "
+            "reads higher than a mean over the update would (the KL from the rollout's policy grows over the epochs, "
+            "from 0 at the first minibatch): compare shapes and orders of magnitude, not the last digit. CleanRL's "
+            "ppo_atari.py counts an episode's length in emulator frames (its episode statistics wrap the env below the "
+            "frame skip), ours in agent steps of 4 frames each.\n"
+        )
+        pairs = [(env_id, peer) for env_id in sorted(runs["env_id"].unique()) for peer in variant_order(peers)]
+        statistics = [(env_id, peer, statistics_table(tables[0], tables[2], env_id, peer)) for env_id, peer in pairs]
+        parts = [f"### {env_id}: ours / {peer}\n\n{text}\n" for env_id, peer, text in statistics if text]
+        if parts:
+            sections.append("## Training statistics against peers\n\n" + note + "\n" + "\n".join(parts))
     ablations = runs[~runs["variant"].isin(peers)]
     if (ablations["variant"] != "default").any() and (ablations["variant"] == "default").any():
         note = (
@@ -398,7 +494,7 @@ def main(argv=None):
     sections.append("## Learning curves\n")
     for env_id, env_runs in runs.groupby("env_id"):
         png = f"{env_id}.png"
-        plot_env(env_runs, env_id, output / png)
+        plot_env(env_runs, env_id, output / png, peers)
         sections.append(f"![{env_id}]({png})\n")
     sections.append("## Runs\n\n" + runs_table(tables[1]) + "\n")
     notes = data / "notes.md"  # hand-written, kept with the data so that a rebuild keeps it

@@ -43,7 +43,7 @@ def run_once(script, flags, env, timeout):
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["(no output)"]
             sys.exit(f"error: {script} exited with {result.returncode}: {tail[0]}")
-        logged = read_run(Path(folder))  # report.py's reader: (steps, returns, last charts/SPS or NaN)
+        logged = read_run(Path(folder))  # report.py's reader: (episodes, statistics, last charts/SPS or NaN)
         return wall, None if logged is None or np.isnan(logged[2]) else float(logged[2])
 
 

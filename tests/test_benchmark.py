@@ -228,6 +228,15 @@ def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
             if value.tag == "charts/episodic_return"
         ]
         scores.append(np.mean(returns[-100:]))
+        logged = {}  # each update's losses/<name> as logged, against those the report keeps in its data
+        for event in EventFileLoader(str(events)).Load():
+            for value in event.summary.value:
+                if value.tag.startswith("losses/"):
+                    logged[event.step, value.tag[len("losses/") :]] = value.tensor.float_val[0]
+        seed = int(events.parts[-4][len("seed") :])
+        kept = pd.read_csv(tmp_path / "data" / "stats.csv.gz").query("seed == @seed").set_index("step")[report.STATS]
+        assert len(logged) == kept.size > 0 and set(kept) == {name for _, name in logged}
+        assert all(kept.loc[step, name] == pytest.approx(value, rel=1e-3) for (step, name), value in logged.items())
     assert reported == pytest.approx(np.mean(scores), abs=0.06)
 
 
@@ -249,13 +258,18 @@ def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
     assert sorted(episodes["seed"].unique()) == [1, 2] and (clone / "data" / "episodes.csv.gz").stat().st_size < 20_000
 
 
-def logged_run(seed_folder, returns, **done):
-    """A finished run as benchmark/run.py leaves it: TensorBoard episodes (one every 10 steps) and done.json."""
+def logged_run(seed_folder, returns, length=None, approx_kl=(), **done):
+    """A finished run as benchmark/run.py leaves it: TensorBoard episodes (one every 10 steps, each `length` long where
+    given), losses/approx_kl as (step, value) pairs, and done.json."""
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(seed_folder / "runs" / "run"))
     for step, value in enumerate(returns):
         writer.add_scalar("charts/episodic_return", value, step * 10)
+        if length is not None:
+            writer.add_scalar("charts/episodic_length", length, step * 10)
+    for step, value in approx_kl:
+        writer.add_scalar("losses/approx_kl", value, step)
     writer.add_scalar("charts/SPS", 100, 10 * len(returns))
     writer.close()
     done = {"returncode": 0, "seconds": 60, "commit": "abc", "machine": "m", **done}
@@ -263,16 +277,19 @@ def logged_run(seed_folder, returns, **done):
 
 
 def test_report_sets_ours_against_a_peer_with_the_differences_interval(tmp_path):
-    """Hand-made scores (each run's episodes all equal its score), three seeds a side. A: ours 5, 5, 5 against 3, 3, 3:
-    +2.0, interval [+2.0, +2.0], above. B: 1, 2, 3 on both sides: +0.0, level; a resampled side's sum S of three
-    draws takes 3..9 with weights 1, 3, 6, 7, 6, 3, 1 (/27), so the difference (S1 - S2) / 3 is >= 4/3 with probability
-    (1 + 6 + 21) / 729 = 3.8% and >= 5/3 with 7 / 729 = 1.0%: the 97.5th percentile is 4/3, the interval [-1.3, +1.3]. C: ours 1, 1, 1 against 4, 5, 6: -4.0 and an interval inside [1 - 6, 1 - 4] = [-5, -3], below. The peer
-    is not listed as an ablation variant, and the rebuild from the data alone says the same."""
-    scores = {"A": ([5, 5, 5], [3, 3, 3]), "B": ([1, 2, 3], [1, 2, 3]), "C": ([1, 1, 1], [4, 5, 6])}
+    """Hand-made scores (each run's episodes all equal its score), three seeds a side in A-C. A: ours 5, 5, 5 against 3, 3, 3:
+    +2.0, interval [+2.0, +2.0], above. B: 1, 2, 3 on both sides: +0.0, level; a resampled side's sum S of three draws
+    takes 3..9 with weights 1, 3, 6, 7, 6, 3, 1 (/27), so the difference (S1 - S2) / 3 is >= 4/3 with probability (1 + 6
+    + 21) / 729 = 3.8% and >= 5/3 with 7 / 729 = 1.0%: the 97.5th percentile is 4/3, the interval [-1.3, +1.3]. C: ours
+    1, 1, 1 against 4, 5, 6: -4.0 and an interval inside [1 - 6, 1 - 4] = [-5, -3], below. D: ours 5, 5 against a single
+    3: +2.0 and no verdict, which one seed cannot give. The peer is not listed as an ablation variant, and the rebuild
+    from the data alone says the same."""
+    scores = {"A": ([5, 5, 5], [3, 3, 3]), "B": ([1, 2, 3], [1, 2, 3]), "C": ([1, 1, 1], [4, 5, 6]), "D": ([5, 5], [3])}
     for env, (ours, theirs) in scores.items():
-        for seed in (1, 2, 3):
-            logged_run(tmp_path / "runs" / env / "default" / f"seed{seed}", [ours[seed - 1]] * 4)
-            logged_run(tmp_path / "runs" / env / "theirs" / f"seed{seed}", [theirs[seed - 1]] * 4, peer="their_ppo.py")
+        for seed, score in enumerate(ours, 1):
+            logged_run(tmp_path / "runs" / env / "default" / f"seed{seed}", [score] * 4)
+        for seed, score in enumerate(theirs, 1):
+            logged_run(tmp_path / "runs" / env / "theirs" / f"seed{seed}", [score] * 4, peer="their_ppo.py")
     first = report_of(tmp_path / "runs", tmp_path / "results")
     clone = tmp_path / "clone"
     shutil.copytree(tmp_path / "results" / "data", clone / "data")
@@ -283,8 +300,34 @@ def test_report_sets_ours_against_a_peer_with_the_differences_interval(tmp_path)
         assert rows["B"][4] == "+0.0 [-1.3, +1.3]" and rows["B"][5] == "**level** |"
         difference, low, high = map(float, re.findall(r"[-+]\d+\.\d", rows["C"][4]))
         assert difference == -4.0 and -5 <= low < high <= -3 and rows["C"][5] == "**below** |"
+        assert rows["D"][4:] == ["+2.0 (one seed on a side: no interval)", "none given yet |"]  # A's case, one peer seed
         assert "## Each variant against the default" not in text  # the peer is no ablation variant
     assert "| theirs |" in first  # its runs are listed with the others
+
+
+def test_report_sets_training_statistics_of_ours_and_a_peer_side_by_side_at_equal_steps(tmp_path):
+    """Hand-made logs on steps 0-35 (four spans of 8.75 steps): approx_kl once per span, at steps 5, 15, 25, 35, and
+    ours' seed 1 once more at step 6. Each cell is the mean over seeds of each seed's mean in the span: ours' first
+    span (0.01 and 0.03 from seed 1, 0.03 from seed 2) is (0.02 + 0.03) / 2 = 0.025, not the pooled 0.0233; then
+    (0.02 + 0.04) / 2 = 0.03, 0.04 and 0.05. The peer's seeds log 1 and 3 throughout: 2. Episode lengths: every
+    episode 100 long on our side and 200 on the peer's. An env with ours alone gets no table; the rebuild from the
+    data alone says the same."""
+    kl = {1: [(5, 0.01), (6, 0.03), (15, 0.02), (25, 0.03), (35, 0.04)], 2: [(5, 0.03), (15, 0.04), (25, 0.05), (35, 0.06)]}
+    for seed in (1, 2):
+        logged_run(tmp_path / "runs" / "A" / "default" / f"seed{seed}", [1] * 4, length=100, approx_kl=kl[seed])
+        peer_kl = [(step, 2.0 * seed - 1) for step in (5, 15, 25, 35)]
+        logged_run(tmp_path / "runs" / "A" / "theirs" / f"seed{seed}", [1] * 4, 200, peer_kl, peer="their_ppo.py")
+        logged_run(tmp_path / "runs" / "B" / "default" / f"seed{seed}", [1] * 4, length=100, approx_kl=kl[seed])
+    first = report_of(tmp_path / "runs", tmp_path / "results")
+    clone = tmp_path / "clone"
+    shutil.copytree(tmp_path / "results" / "data", clone / "data")
+    for text in (first, report_of(clone, clone)):
+        section = text.split("## Training statistics against peers")[1].split("\n## ")[0]
+        assert "### A: ours / theirs" in section and "### B" not in section
+        rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in section.splitlines() if line.startswith("| ")}
+        assert rows["statistic"][0] == "steps 0-9"  # 8.75 shown to the step
+        assert rows["approx_kl"] == ["0.025 / 2", "0.03 / 2", "0.04 / 2", "0.05 / 2 |"]
+        assert rows["episodic_length"] == ["100 / 200"] * 3 + ["100 / 200 |"]
 
 
 def test_report_from_runs_equals_the_rebuild_from_its_data_to_the_last_digit(tmp_path):
