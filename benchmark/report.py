@@ -39,6 +39,7 @@ SOURCES = {
     "CleanRL": "CleanRL's ppo_continuous_action.py, a reproduction of openai/baselines ppo2, on MuJoCo v4 tasks at 1M steps "
     "(vwxyzjn/cleanrl, docs/benchmark/ppo_continuous_action.md, tag pr-424); our v5 tasks differ from v4 in details",
 }
+REFERENCE_STEPS = {"PPO paper": 10_000_000, "CleanRL": 1_000_000}  # the steps at which each source's scores were taken
 REFERENCE_SCORES = {
     "BeamRiderNoFrameskip-v4": (1590.0, "PPO paper"),
     "BreakoutNoFrameskip-v4": (274.8, "PPO paper"),
@@ -224,7 +225,8 @@ def score_table(runs: pd.DataFrame, last: int):
         reference = REFERENCE_SCORES.get(env_id)
         for variant in variant_order(env_runs["variant"].unique()):
             group = env_runs[env_runs["variant"] == variant]
-            ref = f"{reference[0]:g} ({reference[1]})" if reference and variant == "default" else ""
+            ref = f"{reference[0]:g} ({reference[1]}, {REFERENCE_STEPS[reference[1]] / 1e6:g}M steps)" if reference else ""
+            ref = ref if variant == "default" else ""
             lines.append(
                 f"| {env_id} | {variant} | {len(group)} | {mean_std(group['score'])} | {per_seed(group)} "
                 f"| {group['sps'].mean():.0f} | {ref} |"
@@ -359,6 +361,12 @@ def curve(group: pd.DataFrame, grid):
     return np.array(curves)
 
 
+def reference_reached(env_id, steps):
+    """Whether runs of `steps` steps reach (to within 10%) the steps at which env_id's reference score was taken: a
+    10M-step score drawn over 2M-step curves would only squash them."""
+    return env_id in REFERENCE_SCORES and steps >= 0.9 * REFERENCE_STEPS[REFERENCE_SCORES[env_id][1]]
+
+
 def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path, peers=()):
     """One panel if there is one variant; else one panel per variant with the default run drawn in grey behind it, or
     for a peer, ours (the default) in blue beside the peer in orange."""
@@ -377,9 +385,9 @@ def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path, peers=()):
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean, std = np.nanmean(curves, axis=0), np.nanstd(curves, axis=0)
             label = "ours (default)" if name == "default" and variant in peers else name
-            ax.plot(grid, mean, color=color, label=f"{label} ({len(curves)} seeds)")
+            ax.plot(grid, mean, color=color, label=f"{label} ({seeds(curves)})")
             ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2)
-        if env_id in REFERENCE_SCORES:
+        if reference_reached(env_id, grid[-1]):
             ax.axhline(REFERENCE_SCORES[env_id][0], color="black", linestyle=":", linewidth=1, label="reference")
         ax.set_title(variant if len(panels) > 1 else env_id, fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
@@ -415,9 +423,13 @@ def aggregate_iqm(runs: pd.DataFrame):
                 for s in seeds
             ]
         )
-        point, interval = rly.get_interval_estimates(
-            {variant: scores}, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000
-        )
+        iqm = lambda x: np.array([metrics.aggregate_iqm(x)])  # noqa: E731
+        with warnings.catch_warnings():  # arch, under rliable, calls random_state deprecated; it still takes it
+            warnings.simplefilter("ignore", FutureWarning)
+            # a fixed bootstrap seed: a rebuild from the same data gives the same interval
+            point, interval = rly.get_interval_estimates(
+                {variant: scores}, iqm, reps=2000, random_state=np.random.RandomState(0)
+            )
         low, high = interval[variant][:, 0]
         lines.append(f"| {variant} | {', '.join(tasks)} | {len(seeds)} | {point[variant][0]:.2f} [{low:.2f}, {high:.2f}] |")
     if not lines:

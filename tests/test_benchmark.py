@@ -440,6 +440,17 @@ def test_ablation_table_gives_each_variant_its_interval_and_change():
     assert verdicts["M5-state-dependent-std"] == "one seed: none given"  # above all of the default's, but a single seed
 
 
+def test_a_reference_score_comes_with_the_steps_it_was_taken_at():
+    """The PPO paper's Atari scores are after 10M steps (its Table 6), CleanRL's MuJoCo ones at 1M: the table says so,
+    and the figures draw a reference line only over runs that reach those steps (to within 10%)."""
+    runs = pd.DataFrame([{"env_id": "BreakoutNoFrameskip-v4", "variant": "default", "seed": 1, "score": 50.0, "sps": 300}])
+    assert report.score_table(runs, 100).splitlines()[2].endswith("| 274.8 (PPO paper, 10M steps) |")
+    assert not report.reference_reached("BreakoutNoFrameskip-v4", 2_000_000)
+    assert report.reference_reached("BreakoutNoFrameskip-v4", 10_000_000)
+    assert report.reference_reached("Hopper-v5", 999_424) and not report.reference_reached("Hopper-v5", 100_000)
+    assert not report.reference_reached("Swimmer-v5", 1_000_000)  # no reference
+
+
 def test_runs_table_names_the_seeds_of_each_commit_and_machine():
     """Seeds copied from an older sitting that did not record their commit keep "not recorded" beside the commit of
     the seed that did, each with its seeds; a value shared by every seed stands alone."""
