@@ -406,13 +406,15 @@ def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path, peers=()):
 
 def aggregate_iqm(runs: pd.DataFrame):
     """rliable's interquartile mean over (seed, task) of the scores normalized by the reference score, with a 95%
-    stratified-bootstrap confidence interval; only over tasks with a reference score and seeds present in all."""
+    stratified-bootstrap confidence interval; only over tasks whose reference score the runs reach (reference_reached:
+    a 2M-step run is not scored against a 10M-step reference) and seeds present in all."""
     from rliable import library as rly
     from rliable import metrics
 
     lines = []
+    reached = np.array([reference_reached(env_id, steps[-1]) for env_id, steps in zip(runs["env_id"], runs["steps"])])
     for variant in variant_order(runs["variant"].unique()):
-        group = runs[(runs["variant"] == variant) & runs["env_id"].isin(REFERENCE_SCORES)]
+        group = runs[(runs["variant"] == variant).to_numpy() & reached]
         tasks = sorted(group["env_id"].unique())
         seeds = sorted(set.intersection(*(set(group[group["env_id"] == t]["seed"]) for t in tasks))) if tasks else []
         if len(tasks) < 2 or not seeds:
