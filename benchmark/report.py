@@ -416,13 +416,13 @@ def aggregate_iqm(runs: pd.DataFrame):
     for variant in variant_order(runs["variant"].unique()):
         group = runs[(runs["variant"] == variant).to_numpy() & reached]
         tasks = sorted(group["env_id"].unique())
-        seeds = sorted(set.intersection(*(set(group[group["env_id"] == t]["seed"]) for t in tasks))) if tasks else []
-        if len(tasks) < 2 or not seeds:
+        common = sorted(set.intersection(*(set(group[group["env_id"] == t]["seed"]) for t in tasks))) if tasks else []
+        if len(tasks) < 2 or not common:
             continue
         scores = np.array(
             [
                 [group[(group["env_id"] == t) & (group["seed"] == s)]["score"].iloc[0] / REFERENCE_SCORES[t][0] for t in tasks]
-                for s in seeds
+                for s in common
             ]
         )
         iqm = lambda x: np.array([metrics.aggregate_iqm(x)])  # noqa: E731
@@ -433,7 +433,7 @@ def aggregate_iqm(runs: pd.DataFrame):
                 {variant: scores}, iqm, reps=2000, random_state=np.random.RandomState(0)
             )
         low, high = interval[variant][:, 0]
-        lines.append(f"| {variant} | {', '.join(tasks)} | {len(seeds)} | {point[variant][0]:.2f} [{low:.2f}, {high:.2f}] |")
+        lines.append(f"| {variant} | {', '.join(tasks)} | {len(common)} | {point[variant][0]:.2f} [{low:.2f}, {high:.2f}] |")
     if not lines:
         return ""
     header = "| variant | tasks | seeds | IQM of return / reference [95% CI] |\n| --- | --- | ---: | ---: |\n"

@@ -221,18 +221,16 @@ def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
 
     scores = []
     for events in sorted(out.glob("InvertedPendulum-v5/default/seed*/runs/*/events.out.tfevents*")):
-        returns = [
-            value.tensor.float_val[0] if value.HasField("tensor") else value.simple_value
+        records = [  # (step, tag, value) of the returns and losses in the file, read once
+            (event.step, value.tag, value.tensor.float_val[0] if value.HasField("tensor") else value.simple_value)
             for event in EventFileLoader(str(events)).Load()
             for value in event.summary.value
-            if value.tag == "charts/episodic_return"
+            if value.tag == "charts/episodic_return" or value.tag.startswith("losses/")
         ]
+        returns = [value for _, tag, value in records if tag == "charts/episodic_return"]
         scores.append(np.mean(returns[-100:]))
-        logged = {}  # each update's losses/<name> as logged, against those the report keeps in its data
-        for event in EventFileLoader(str(events)).Load():
-            for value in event.summary.value:
-                if value.tag.startswith("losses/"):
-                    logged[event.step, value.tag[len("losses/") :]] = value.tensor.float_val[0]
+        # each update's losses/<name> as logged, against those the report keeps in its data
+        logged = {(step, tag[len("losses/") :]): value for step, tag, value in records if tag.startswith("losses/")}
         seed = int(events.parts[-4][len("seed") :])
         kept = pd.read_csv(tmp_path / "data" / "stats.csv.gz").query("seed == @seed").set_index("step")[report.STATS]
         assert len(logged) == kept.size > 0 and set(kept) == {name for _, name in logged}
