@@ -408,9 +408,11 @@ def aggregate_iqm(runs: pd.DataFrame):
     """rliable's interquartile mean over (seed, task) of the scores normalized by the reference score, with a 95%
     stratified-bootstrap confidence interval; only over tasks whose reference score the runs reach (reference_reached:
     a 2M-step run is not scored against a 10M-step reference) and seeds present in all."""
-    from rliable import library as rly
-    from rliable import metrics
-
+    try:
+        from rliable import library as rly
+        from rliable import metrics
+    except ModuleNotFoundError:  # a GPU machine with its own torch may lack it; nothing else in the report needs it
+        return "Not computed: rliable is not installed here (requirements.txt has it)."
     lines = []
     reached = np.array([reference_reached(env_id, steps[-1]) for env_id, steps in zip(runs["env_id"], runs["steps"])])
     for variant in variant_order(runs["variant"].unique()):

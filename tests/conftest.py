@@ -21,6 +21,12 @@ import pytest
 import torch
 from gymnasium.spaces import Box, Discrete
 
+# Each pytest-xdist worker takes its share of the cores: torch's threads and inductor's compile processes default to
+# every core, which with one worker per core is cores x cores of each (256 on a 16-core GPU machine).
+CORES_EACH = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(CORES_EACH))  # read when inductor is first imported
+torch.set_num_threads(CORES_EACH)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
 # every script whose GAE and loss pieces the shared tests check; later scripts join this list
@@ -35,6 +41,13 @@ def load_script(name):
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def needs(*modules):
+    """A mark that skips a test when one of these packages is missing, naming it: requirements.txt installs them all
+    (CI runs every test), but a GPU machine with its own torch may lack envpool, wandb, moviepy or rliable."""
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)} (in requirements.txt), not installed here")
 
 
 @pytest.fixture(params=SCRIPTS)

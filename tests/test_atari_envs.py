@@ -3,11 +3,11 @@ semantics and the same episode statistics: whole games (all lives) of raw reward
 
 import numpy as np
 import pytest
-from conftest import load_script
+from conftest import load_script, needs
 from distributed_x2 import rank_seed
 
 atari = load_script("ppo_atari")
-BACKENDS = ["sync", "async", "envpool"]
+BACKENDS = ["sync", "async", pytest.param("envpool", marks=needs("envpool"))]
 LAYOUTS = [
     ({}, (4, 84, 84, 1)),
     ({"frame_stack": 1}, (84, 84, 1)),

@@ -5,12 +5,12 @@ import glob
 
 import pytest
 import torch
-from conftest import load_script, read_scalars, run_script
+from conftest import load_script, needs, read_scalars, run_script
 
 atari = load_script("ppo_atari")
 
 
-@pytest.mark.parametrize("backend", ["sync", "async", "envpool"])
+@pytest.mark.parametrize("backend", ["sync", "async", pytest.param("envpool", marks=needs("envpool"))])
 @pytest.mark.parametrize("game", ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"])
 def test_short_run(tmp_path, game, backend):
     result = run_script(
@@ -30,13 +30,14 @@ def test_uint8_rollout_storage(tmp_path, monkeypatch):
     assert rollout["obs"].element_size() * rollout["obs"].nelement() == 32 * 2 * 4 * 84 * 84  # one byte a pixel
 
 
+@needs("moviepy")
 def test_capture_video(tmp_path):
     result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "1024", "--capture-video", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
 
 
-@pytest.mark.parametrize("backend", ["sync", "envpool"])
+@pytest.mark.parametrize("backend", ["sync", pytest.param("envpool", marks=needs("envpool"))])
 def test_episode_length_counts_the_agents_steps(tmp_path, monkeypatch, backend):
     """charts/episodic_length is the number of the agent's steps in a game: with one env, the steps between the ends
     of consecutive games. The FIRE presses and no-ops the wrappers take themselves at each reset do not count."""

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import tyro
-from conftest import DETAILS, ROOT, contract_flags, load_script
+from conftest import DETAILS, ROOT, contract_flags, load_script, needs
 from flag_checks import check_flags
 from scipy.stats import trim_mean
 
@@ -464,6 +464,7 @@ def test_runs_table_names_the_seeds_of_each_commit_and_machine():
     assert cells[2:] == ["1, 2, 3", "-, 9 min, 7 min", "abc (seed 3); not recorded (seeds 1, 2)", "M"]
 
 
+@needs("rliable")
 def test_aggregate_iqm_is_the_trimmed_mean_of_normalized_scores():
     """Over the tasks whose reference the runs reach: 1M-step MuJoCo runs, not 2M-step Breakout runs (its reference is
     after 10M steps), whose scores of 100x the reference would move the trimmed mean if they were counted."""
@@ -482,6 +483,20 @@ def test_aggregate_iqm_is_the_trimmed_mean_of_normalized_scores():
     point, low, high = (float(x) for x in re.search(r"\| ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] \|$", line).groups())
     assert point == pytest.approx(trim_mean(normalized, 0.25), abs=0.005)
     assert low <= point <= high
+
+
+def test_a_report_without_rliable_says_so_and_builds_the_rest(tiny, tmp_path, monkeypatch):
+    """Where rliable is missing (a GPU machine with its own torch), a report over two tasks still builds: its aggregate
+    section says why it is empty, the score table is there."""
+    shutil.copytree(tiny[0], tmp_path / "runs")
+    other = tmp_path / "runs" / "Pendulum-v1"
+    shutil.copytree(tmp_path / "runs" / "InvertedPendulum-v5", other)  # a second task, so that an aggregate is asked for
+    monkeypatch.setitem(sys.modules, "rliable", None)  # import rliable now raises ModuleNotFoundError
+    report.main([str(tmp_path / "runs"), "--output", str(tmp_path / "out")])
+    text = (tmp_path / "out" / "README.md").read_text()
+    aggregate = text.split("## Aggregate over tasks (rliable)\n\n", 1)[1]
+    assert aggregate.startswith("Not computed: rliable is not installed here")
+    assert "| Pendulum-v1 |" in text and "| InvertedPendulum-v5 |" in text
 
 
 @pytest.mark.skipif(not DETAILS.exists(), reason="needs ../shared/DETAILS.md")

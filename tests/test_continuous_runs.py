@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import read_scalars, run_script
+from conftest import needs, read_scalars, run_script
 
 
 def only_run_dir(cwd):
@@ -75,6 +75,7 @@ def test_adaptive_kl_beta_carries_across_updates(cont, tmp_path, monkeypatch):
 SHORT_RUN = ["--env-id", "InvertedPendulum-v5", "--num-steps", "512", "--total-timesteps", "1024"]
 
 
+@needs("wandb", "moviepy")
 def test_track_offline_with_video(tmp_path):
     result = run_script(
         "ppo_continuous_action",

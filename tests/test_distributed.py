@@ -260,8 +260,8 @@ runpy.run_path({script!r}, run_name="__main__")
 
 
 def test_more_processes_than_gpus_under_torchrun_exit_at_once_with_one_line(tmp_path):
-    """The launch itself (on a machine that pretends to have one GPU): each worker exits 1 by itself (torchrun had to
-    kill none), and the error is printed once, by rank 0."""
+    """The launch itself (on a machine that pretends to have one GPU): each worker refuses by itself, before the
+    rendezvous (none waits there until torchrun kills it), and the error is printed once, by rank 0."""
     script = ROOT / "ppo_continuous_action.py"
     (tmp_path / "one_gpu.py").write_text(PRETEND_ONE_GPU.format(root=str(ROOT), script=str(script)))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
@@ -271,8 +271,13 @@ def test_more_processes_than_gpus_under_torchrun_exit_at_once_with_one_line(tmp_
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "--nproc-per-node 1" in errors[0] and "--no-cuda" in errors[0], result.stderr[-3000:]
-    assert "forcefully" not in result.stderr and "closing signal" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.count("exitcode  : 1 ") == 2, result.stderr[-3000:]  # both ranks, by themselves
+    assert "forcefully" not in result.stderr, result.stderr[-3000:]  # torchrun never had to kill a rank that hung
+    # rank 1 refuses by itself (exit code 1), and so does rank 0, unless torchrun saw rank 1 gone first and stopped rank 0
+    # after its line (SIGTERM, -15; a loaded machine: seen on a 16-core GPU one under 16 test workers)
+    stopped_after_its_line = "closing signal" in result.stderr and "exitcode  : -15 " in result.stderr
+    if stopped_after_its_line:
+        assert result.stderr.index(errors[0]) < result.stderr.index("closing signal"), result.stderr[-3000:]
+    assert result.stderr.count("exitcode  : 1 ") == (1 if stopped_after_its_line else 2), result.stderr[-3000:]
     assert not glob.glob(str(tmp_path / "runs" / "*")), "refused before the run folder is made"
 
 
