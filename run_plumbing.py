@@ -120,7 +120,10 @@ def compiled_backward(loss_fn, agent, device):
         args = [torch.tensor(a, device=device) if isinstance(a, float) else a for a in args]
         grads, stats = grads_and_stats({name: p.detach() for name, p in params.items()}, *args)
         for name, p in params.items():
-            p.grad = grads[name] if p.grad is None else p.grad + grads[name]
+            grad = grads[name] if p.grad is None else p.grad + grads[name]
+            # laid out as its parameter, as backward() leaves it: CUDA's fused Adam refuses other strides, which inductor's
+            # outputs may have (seen on an H100 for Pendulum's (1, 64) action-mean weight)
+            p.grad = grad if grad.stride() == p.stride() else torch.empty_like(p).copy_(grad)
         return stats
 
     return backward

@@ -1,15 +1,18 @@
 """On a GPU (each test is skipped where torch sees none): a run stopped on CUDA resumes as the uninterrupted one goes on,
 CUDA's RNG states included; a checkpoint trained on CUDA is evaluated by a process that sees no GPU; --compile's
-backward on CUDA gives the plain gradients. The CPU versions of these tests, whose helpers these import, are in
+backward on CUDA gives the plain gradients, laid out as fused Adam takes them. The CPU versions of these tests, whose helpers these import, are in
 test_long_runs.py and test_fast_paths.py."""
 
 import glob
 import shutil
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import checkpoints
 import run_plumbing
 import torch
+from gymnasium.spaces import Box
 from conftest import SCRIPTS, fixed_batch, load_script, make_agent, run_script
 from test_fast_paths import assert_matches_float64, float64_twin
 from test_long_runs import SAVE_THEN_EVALUATE, STOP_REQUESTS, assert_same
@@ -91,3 +94,27 @@ def test_compiled_backward_on_cuda_gives_the_plain_gradients(name, monkeypatch):
     for compiled_grad, plain_grad in zip(compiled_grads, plain_grads):
         assert compiled_grad.is_cuda
         assert (compiled_grad - plain_grad).norm() <= 1e-4 * plain_grad.norm() + 1e-8
+
+
+def test_compiled_gradients_on_cuda_are_laid_out_as_their_parameters_for_fused_adam():
+    """Pendulum's agent (one action: a (1, 64) action-mean weight and a (1, 1) log std) on CUDA: each gradient the
+    compiled backward leaves has its parameter's strides, as eager backward's do, and CUDA's fused Adam (G11), which
+    refuses any other layout, takes the step. Before the gradients were laid out so, every --compile run on Pendulum
+    stopped at its first optimizer step on an H100."""
+    cont = load_script("ppo_continuous_action")
+    torch.manual_seed(0)
+    spaces = SimpleNamespace(single_observation_space=Box(-np.inf, np.inf, (3,), np.float32),
+                             single_action_space=Box(-2.0, 2.0, (1,), np.float32))  # fmt: skip
+    agent = cont.Agent(spaces, cont.Args()).to(CUDA)
+    args = cont.Args(num_envs=1, num_steps=64, num_minibatches=1)
+    obs = torch.randn(64, 3, device=CUDA)
+    with torch.no_grad():
+        actions, logprobs, _, values = agent.get_action_and_value(obs)
+    mb = {"obs": obs, "actions": actions, "logprobs": logprobs, "advantages": torch.randn(64, device=CUDA),
+          "returns": values.flatten() + 1.0, "values": values.flatten()}  # fmt: skip
+    before = [p.detach().clone() for p in agent.parameters()]
+    run_plumbing.compiled_backward(cont.ppo_loss, agent, CUDA)(agent, mb, args, args.clip_coef, args.kl_beta)
+    for name, p in agent.named_parameters():
+        assert p.grad.stride() == p.stride(), name
+    torch.optim.Adam(agent.parameters(), lr=1e-3, fused=True).step()
+    assert all(not torch.equal(b, p) for b, p in zip(before, agent.parameters()))

@@ -35,7 +35,8 @@ def wait_for_checkpoint(cwd, proc, min_iteration):
         if paths and torch.load(paths[0], weights_only=True)["iteration"] >= min_iteration:
             return paths[0]
         time.sleep(0.2)
-    raise AssertionError("no checkpoint appeared")
+    exited = f"; the run exited {proc.returncode}: {proc.stderr.read()[-2000:]}" if proc.poll() is not None else ""
+    raise AssertionError("no checkpoint appeared" + exited)
 
 
 def check_logs_are_one_continuous_run(run_dir):
