@@ -122,7 +122,7 @@ def compiled_backward(loss_fn, agent, device):
         for name, p in params.items():
             grad = grads[name] if p.grad is None else p.grad + grads[name]
             # laid out as its parameter, as backward() leaves it: CUDA's fused Adam refuses other strides, which inductor's
-            # outputs may have (seen on an H100 for Pendulum's (1, 64) action-mean weight)
+            # outputs may have (on an H100, Pendulum's one-action agent stopped at an Adam step without this)
             p.grad = grad if grad.stride() == p.stride() else torch.empty_like(p).copy_(grad)
         return stats
 

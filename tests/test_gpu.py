@@ -1,7 +1,7 @@
 """On a GPU (each test is skipped where torch sees none): a run stopped on CUDA resumes as the uninterrupted one goes on,
 CUDA's RNG states included; a checkpoint trained on CUDA is evaluated by a process that sees no GPU; --compile's
-backward on CUDA gives the plain gradients, laid out as fused Adam takes them. The CPU versions of these tests, whose helpers these import, are in
-test_long_runs.py and test_fast_paths.py."""
+backward on CUDA gives the plain gradients, laid out as fused Adam takes them. The CPU versions of these tests, whose
+helpers these import, are in test_long_runs.py and test_fast_paths.py."""
 
 import glob
 import shutil
@@ -100,7 +100,8 @@ def test_compiled_gradients_on_cuda_are_laid_out_as_their_parameters_for_fused_a
     """Pendulum's agent (one action: a (1, 64) action-mean weight and a (1, 1) log std) on CUDA: each gradient the
     compiled backward leaves has its parameter's strides, as eager backward's do, and CUDA's fused Adam (G11), which
     refuses any other layout, takes the step. Before the gradients were laid out so, every --compile run on Pendulum
-    stopped at its first optimizer step on an H100."""
+    stopped at an optimizer step on an H100 (which parameter's gradient differed was not printed; size-1
+    dimensions leave strides free)."""
     cont = load_script("ppo_continuous_action")
     torch.manual_seed(0)
     spaces = SimpleNamespace(single_observation_space=Box(-np.inf, np.inf, (3,), np.float32),
