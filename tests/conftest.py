@@ -105,12 +105,11 @@ def as_script(script):
 
 def observation_and_action_spaces(script, obs_shape=None, n_actions=None):
     """The spaces make_agent builds an agent for: continuous, Box observations (11,) and Box actions (3,); Atari, uint8
-    frames (4, 84, 84, 1) and Discrete(4); rnn, vector observations (2,) and Discrete(2). obs_shape and n_actions
-    override the defaults; an obs_shape of three or more dimensions is uint8 frames."""
+    frames (4, 84, 84, 1) and Discrete(4); rnn, vector observations (2,) and Discrete(2). obs_shape and n_actions (the
+    continuous agent's action size) override the defaults; an obs_shape of three or more dimensions is uint8 frames."""
     name = as_script(script).__name__
     if name == "ppo_continuous_action":
-        assert n_actions is None, "the continuous agent has Box actions"
-        return Box(-np.inf, np.inf, obs_shape or (11,), np.float32), Box(-1.0, 1.0, (3,), np.float32)
+        return Box(-np.inf, np.inf, obs_shape or (11,), np.float32), Box(-1.0, 1.0, (n_actions or 3,), np.float32)
     obs_shape = obs_shape or ((4, 84, 84, 1) if name == "ppo_atari" else (2,))
     n_actions = n_actions or (4 if name == "ppo_atari" else 2)
     if len(obs_shape) >= 3:
@@ -153,11 +152,12 @@ def forward(agent, obs, action=None):
 # training batches
 
 
-def fixed_batch(script, agent, n=64, seed=1):
-    """A feed-forward script's flat training batch of n random observations, with the agent's own actions, log-probs
-    and values, and random advantages and returns; on the agent's device (the same numbers on every device)."""
+def fixed_batch(script, agent, n=64, seed=1, obs_shape=None):
+    """A feed-forward script's flat training batch of n random observations (of make_agent's obs_shape), with the
+    agent's own actions, log-probs and values, and random advantages and returns; on the agent's device (the same
+    numbers on every device)."""
     g, device = torch.Generator().manual_seed(seed), device_of(agent)
-    obs = random_obs(observation_and_action_spaces(script)[0], n, g).to(device)
+    obs = random_obs(observation_and_action_spaces(script, obs_shape)[0], n, g).to(device)
     with torch.no_grad():
         actions, logprobs, _, values = agent.get_action_and_value(obs)
     advantages = torch.randn(n, generator=g).to(device) * 3 + 1

@@ -5,14 +5,11 @@ helpers these import, are in test_long_runs.py and test_fast_paths.py."""
 
 import glob
 import shutil
-from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import checkpoints
 import run_plumbing
 import torch
-from gymnasium.spaces import Box
 from conftest import SCRIPTS, fixed_batch, load_script, make_agent, run_script
 from test_fast_paths import assert_matches_float64, float64_twin
 from test_long_runs import SAVE_THEN_EVALUATE, STOP_REQUESTS, assert_same
@@ -103,16 +100,9 @@ def test_compiled_gradients_on_cuda_are_laid_out_as_their_parameters_for_fused_a
     stopped at an optimizer step on an H100 (which parameter's gradient differed was not printed; size-1
     dimensions leave strides free)."""
     cont = load_script("ppo_continuous_action")
-    torch.manual_seed(0)
-    spaces = SimpleNamespace(single_observation_space=Box(-np.inf, np.inf, (3,), np.float32),
-                             single_action_space=Box(-2.0, 2.0, (1,), np.float32))  # fmt: skip
-    agent = cont.Agent(spaces, cont.Args()).to(CUDA)
+    agent = make_agent(cont, obs_shape=(3,), n_actions=1).to(CUDA)  # Pendulum's spaces' shapes
     args = cont.Args(num_envs=1, num_steps=64, num_minibatches=1)
-    obs = torch.randn(64, 3, device=CUDA)
-    with torch.no_grad():
-        actions, logprobs, _, values = agent.get_action_and_value(obs)
-    mb = {"obs": obs, "actions": actions, "logprobs": logprobs, "advantages": torch.randn(64, device=CUDA),
-          "returns": values.flatten() + 1.0, "values": values.flatten()}  # fmt: skip
+    mb = fixed_batch(cont, agent, obs_shape=(3,))
     before = [p.detach().clone() for p in agent.parameters()]
     run_plumbing.compiled_backward(cont.ppo_loss, agent, CUDA)(agent, mb, args, args.clip_coef, args.kl_beta)
     for name, p in agent.named_parameters():
