@@ -77,6 +77,38 @@ PRESETS = {  # script, {env id: (steps, env-specific flags)}, seeds[, {peer name
         [1, 2, 3],
     ),
     "ablation": ("ppo_continuous_action.py", {"Hopper-v5": (1_000_000, "")}, [1, 2, 3]),
+    "table1": (
+        "ppo_continuous_action.py",
+        {
+            env_id: (1_000_000, "")
+            for env_id in [
+                "HalfCheetah-v5",
+                "Hopper-v5",
+                "InvertedDoublePendulum-v5",
+                "InvertedPendulum-v5",
+                "Reacher-v5",
+                "Swimmer-v5",
+                "Walker2d-v5",
+            ]
+        },
+        [1, 2, 3],
+    ),
+}
+# The `table1` preset's variants: the PPO paper's eleven Table 1 settings (G1), every other flag at its default. Where
+# a setting is the script's default it takes no flag, so that its command is the one the mujoco and ablation presets
+# ran (clip-0.2 is mujoco's default; unclipped, kl-fixed-1 and kl-adaptive-0.01 are ablation's G1 variants on Hopper).
+TABLE1 = {
+    "unclipped": "--surrogate unclipped",
+    "clip-0.1": "--clip-coef 0.1",
+    "clip-0.2": "",
+    "clip-0.3": "--clip-coef 0.3",
+    "kl-adaptive-0.003": "--surrogate kl-adaptive --kl-dtarg 0.003",
+    "kl-adaptive-0.01": "--surrogate kl-adaptive",
+    "kl-adaptive-0.03": "--surrogate kl-adaptive --kl-dtarg 0.03",
+    "kl-fixed-0.3": "--surrogate kl-fixed --kl-beta 0.3",
+    "kl-fixed-1": "--surrogate kl-fixed",
+    "kl-fixed-3": "--surrogate kl-fixed --kl-beta 3",
+    "kl-fixed-10": "--surrogate kl-fixed --kl-beta 10",
 }
 
 
@@ -196,6 +228,8 @@ def build_matrix(options):
             variants[name] = flags
     elif options.preset == "ablation":
         variants = ablations(script)
+    elif options.preset == "table1":
+        variants = TABLE1
     else:
         variants = {"default": ""}
     if set(peers) & set(variants):
@@ -210,6 +244,8 @@ def build_matrix(options):
                 flags = shlex.split(env_flags) + shlex.split(options.flags) + shlex.split(variant_flags)
                 runs.append(Run(script, env_id, name, seed, total, flags))
         runs += [Run(path, env_id, name, seed, total) for name, path in peers.items() for seed in seeds]
+    if options.preset == "table1":  # seed by seed, so that a matrix cut short still covers every task and setting
+        runs.sort(key=lambda run: run.seed)
     return runs
 
 
