@@ -438,6 +438,67 @@ def test_ablation_table_gives_each_variant_its_interval_and_change():
     assert verdicts["M5-state-dependent-std"] == "one seed: none given"  # above all of the default's, but a single seed
 
 
+
+def test_floor_is_left_at_the_first_episode_whose_trailing_mean_exceeds_the_threshold():
+    """Episodes at steps 100, ..., 700 with returns 9, 0, 0, -3, 3, 6, 3, a window of 3 and a threshold of 3. Means of
+    the last 3 from the third episode on: 3 (not above 3), -1, 0, 2, 4: left at the seventh episode, step 700 (a mean
+    over fewer than 3 episodes would leave at once, 9 > 3, at step 100; >= instead of > at step 300). Threshold 4: the
+    highest mean is 4, never. With the default window of 20, a run scoring 0 from its first episode leaves a -15 floor
+    at its 20th."""
+    steps, returns = np.arange(1, 8) * 100, [9.0, 0, 0, -3, 3, 6, 3]
+    assert report.floor_left_at(steps, returns, 3.0, window=3) == 700
+    assert report.floor_left_at(steps, returns, 4.0, window=3) == np.inf
+    assert report.floor_left_at(np.arange(1, 26) * 10, [0.0] * 25, -15.0) == 200
+
+
+def test_rank_test_is_exact_over_all_splits_with_ties_and_never():
+    """U: the pairs (higher, lower) with higher > lower, plus 1/2 per tie; p: the fraction of the C(n + m, n) splits of
+    the pooled values whose U is at least the observed one.
+    - 4, 5, 6 against 1, 2, 3: U = 9 of 9, and 1 of the C(6, 3) = 20 splits reaches it: p = 1/20 = 0.05.
+    - Five against five all one way: U = 25, p = 1 / C(10, 5) = 1/252.
+    - A tie, 2, 3 against 1, 2: U = 1 + 0.5 + 1 + 1 = 3.5. The 6 splits of {2, 3, 1, 2} into pairs give U = 3.5 ({2, 3}
+      either 2), 2 ({2, 2}), 2 ({3, 1}), 0.5 ({2, 1} either 2): 2 reach 3.5, p = 1/3.
+    - Never (inf), 600 and never against 300 and never: U = 1 + 0 + 1 + 0.5 = 2.5 (never ties never). The splits of
+      {600, inf, 300, inf}: U = 2.5 ({600, inf} either inf), 4 ({inf, inf}), 1.5 ({300, inf} and {inf, 300}), 0
+      ({600, 300}): 3 of 6 reach 2.5, p = 1/2."""
+    assert report.rank_test([4, 5, 6], [1, 2, 3]) == (9, pytest.approx(0.05))
+    assert report.rank_test([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == (25, pytest.approx(1 / 252))
+    assert report.rank_test([2, 3], [1, 2]) == (3.5, pytest.approx(1 / 3))
+    assert report.rank_test([600, np.inf], [300, np.inf]) == (2.5, pytest.approx(0.5))
+
+
+def test_floor_section_sets_ours_against_a_peer_per_seed_with_both_tests(monkeypatch):
+    """Env A (threshold 0): every run scores 1 per episode but the peer's seed 2 (-1: never leaves), one episode every
+    `spacing` steps, so a run leaves at its 20th episode, step 20 x spacing: ours 6,000, 8,000, 10,000 (seeds 1-3), the
+    peer 2,000, never, 4,000 (seeds 1, 2, 4); a seed one side lacks shows "-". Ours later: each of ours is later than
+    2,000 and 4,000, not than never: U = 6 of 9; 3 against 3 without ties gives U = 0..9 in 1, 1, 2, 3, 3, 3, 3, 2, 1,
+    1 of the 20 splits, so p = (3 + 2 + 1 + 1) / 20 = 0.35. Scores (set by hand) ours 3, -2, 7, the peer's 9, 1, 7;
+    ours lower: the peer's 9 beats all three (3), 1 beats -2 (1), 7 beats 3 and -2 and ties 7 (2.5): U = 6.5. Midranks
+    of the pooled -2, 1, 3, 7, 7, 9 are 1, 2, 3, 4.5, 4.5, 6 and U is the peer's rank sum less 6; sums of at least 12.5
+    need the 6 and two of the others summing to 6.5 or more: 2 with either 4.5, 3 with either 4.5, both 4.5s: p = 5/20
+    = 0.25. Env B has no threshold: no table."""
+    monkeypatch.setitem(report.FLOOR_THRESHOLDS, "A", 0.0)
+    runs = [("default", 1, 300, 1.0, 3.0), ("default", 2, 400, 1.0, -2.0), ("default", 3, 500, 1.0, 7.0)]
+    runs += [("theirs", 1, 100, 1.0, 9.0), ("theirs", 2, 100, -1.0, 1.0), ("theirs", 4, 200, 1.0, 7.0)]
+    rows = [
+        {"env_id": env, "variant": variant, "seed": seed, "score": score}
+        | {"steps": np.arange(1, 26) * spacing, "returns": np.full(25, each)}
+        for env in ("A", "B")
+        for variant, seed, spacing, each, score in runs
+    ]
+    section = report.floor_section(pd.DataFrame(rows), {"theirs": "their_ppo.py"})
+    assert "### A: ours / theirs (floor threshold 0)" in section and "### B" not in section
+    table = [line for line in section.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert table == [
+        "| 1 | 6,000 | 2,000 | 3.0 | 9.0 |",
+        "| 2 | 8,000 | never | -2.0 | 1.0 |",
+        "| 3 | 10,000 | - | 7.0 | - |",
+        "| 4 | - | 4,000 | - | 7.0 |",
+    ]
+    assert "- ours leaves the floor later: U = 6 of 9 pairs, p = 0.35" in section
+    assert "- ours' score is lower: U = 6.5 of 9 pairs, p = 0.25" in section
+    assert report.floor_section(pd.DataFrame(rows[6:]), {"theirs": "their_ppo.py"}) == ""  # B alone
+
 def test_a_reference_score_comes_with_the_steps_it_was_taken_at():
     """The PPO paper's Atari scores are after 10M steps (its Table 6), CleanRL's MuJoCo ones at 1M: the table says so,
     and the figures draw a reference line only over runs that reach those steps (to within 10%)."""
