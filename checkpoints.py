@@ -5,6 +5,9 @@ from step to step, B3)."""
 
 import os
 import random
+import re
+import shlex
+import sys
 import time
 from dataclasses import asdict, fields, replace
 from glob import glob
@@ -14,7 +17,12 @@ import torch
 
 from distributed_x2 import rank_seed, seed_everything
 from env_adapters import env_statistics, finished_episodes, set_env_statistics
-from flag_checks import ArgError, check_args, check_flags
+from flag_checks import ArgError, check_args, check_flags, is_folder_name, run_name_part
+
+
+class CheckpointError(OSError):
+    """A checkpoint could not be written (a full disk, a lost mount): the message names the file, the reason and the
+    last good checkpoint, which stays as it was."""
 
 
 def rng_state():
@@ -52,14 +60,43 @@ CHECKPOINT_KEYS = {
 }  # and "world_size", "local_world_size" (X2), which older checkpoints lack (read as 1)
 
 
+def new_run_folder(name):
+    """Creates runs/<name> for a new run, exclusively: where a run of the same name exists (two runs started in the same
+    second with the same env, --exp-name and seed) the new one gets runs/<name>-2, -3, ... Returns its path; ArgError
+    where the working folder does not let it be made (read-only, runs/ not a folder)."""
+    for k in range(1, 1000):
+        folder = os.path.join("runs", name if k == 1 else f"{name}-{k}")
+        try:
+            os.makedirs("runs", exist_ok=True)
+            os.mkdir(folder)
+            return folder
+        except FileExistsError:
+            if not os.path.isdir("runs"):
+                raise ArgError(f"runs is a file in {os.getcwd()}; the runs go in a folder runs/ there: move the file") from None
+        except OSError as e:
+            raise ArgError(
+                f"cannot create the run folder {folder} in {os.getcwd()} ({e.strerror}); start the run from a folder you "
+                "can write to"
+            ) from None
+    raise ArgError(f"runs/{name}: 999 runs of that name exist; pass another --exp-name")
+
+
 def save_checkpoint(path, checkpoint):
     """Writes `checkpoint` (a dict with CHECKPOINT_KEYS) durably: to a temporary file, flushed to disk, renamed over
     `path`, then the rename flushed too, so that a crash or a power cut at any point leaves the old checkpoint or the
-    new one, never a torn file."""
-    with open(path + ".tmp", "wb") as f:
-        torch.save(checkpoint, f)
-        f.flush()
-        os.fsync(f.fileno())
+    new one, never a torn file. Where the disk refuses (full, read-only), the temporary file is removed and
+    CheckpointError says so; the old checkpoint is untouched."""
+    try:
+        with open(path + ".tmp", "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        if os.path.lexists(path + ".tmp"):
+            os.remove(path + ".tmp")
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        last = f"the last good one stays: {path}" if os.path.exists(path) else "none was written before"
+        raise CheckpointError(f"could not write the checkpoint {path} ({reason}); {last}") from None
     os.replace(path + ".tmp", path)
     folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
@@ -90,6 +127,11 @@ def load_checkpoint(path, flag, args):
         raise ArgError(f"{flag} {path} was not written by {args.script}")
     if checkpoint["script"] != args.script:
         raise ArgError(f"{flag} {path} was written by {checkpoint['script']}; load it with that script")
+    run_name, wandb_id = checkpoint["run_name"], checkpoint["wandb_id"]  # checked as names of files would be
+    if not (isinstance(run_name, str) and is_folder_name(run_name)) or not (
+        wandb_id is None or (isinstance(wandb_id, str) and re.fullmatch(r"[\w-]{1,64}", wandb_id))
+    ):
+        raise ArgError(f"{flag} {path} holds a run name or wandb id that this script never writes; use another checkpoint")
     unknown = sorted(set(checkpoint["args"]) - {field.name for field in fields(args)})
     if unknown:
         names = " ".join(f"--{key.replace('_', '-')}" for key in unknown)
@@ -101,15 +143,18 @@ def load_checkpoint(path, flag, args):
 
 
 def resume_command(script, path, world_size, local_world_size):
-    """The command that continues a run of `world_size` processes, `local_world_size` of them on each machine (X2)."""
+    """The shell command that continues a run of `world_size` processes, `local_world_size` of them on each machine
+    (X2): the script as this process was started (its path as typed), each word quoted for the shell."""
+    script = sys.argv[0] if os.path.basename(sys.argv[0]) == script else script
+    words = shlex.join([script, "--resume", path])
     if world_size == 1:
-        return f"python {script} --resume {path}"
+        return f"python {words}"
     nodes = world_size // local_world_size
     if nodes == 1:
-        return f"torchrun --nproc-per-node {world_size} {script} --resume {path}"
+        return f"torchrun --nproc-per-node {world_size} {words}"
     return (
         f"torchrun --nnodes {nodes} --nproc-per-node {local_world_size} --rdzv-backend c10d --rdzv-endpoint HOST:29400 "
-        f"{script} --resume {path} (on each machine; HOST: the first one)"
+        f"{words} (on each machine; HOST: the first one)"
     )
 
 
@@ -135,7 +180,14 @@ def resume_flags(args, world_size):
             f"--resume {args.resume} continues a run of {processes}, not {world_size}; continue it with: "
             + resume_command(args.script, args.resume, *saved)
         )
-    return replace(type(args)(**resumed["args"]), resume=args.resume), resumed
+    args = replace(type(args)(**resumed["args"]), resume=args.resume)
+    updates = args.total_timesteps // (args.batch_size * world_size)
+    if resumed["iteration"] >= updates:
+        raise ArgError(
+            f"--resume {args.resume}: the run finished all its {updates} updates (step {resumed['global_step']}); "
+            f"nothing is left to train; play it with --eval-checkpoint {args.resume}"
+        )
+    return args, resumed
 
 
 class Checkpoints:
@@ -144,9 +196,9 @@ class Checkpoints:
     finished update, so that a checkpoint written after a stop signal saves that, not what the dropped rollout has
     since made of the RNG states, env statistics and learning rate."""
 
-    def __init__(self, args, name, rank, world_size):
-        self.args, self.name, self.rank, self.world_size = args, name, rank, world_size
-        self.path = f"runs/{name}/agent.pt"
+    def __init__(self, args, folder, rank, world_size):
+        self.args, self.name, self.rank, self.world_size = args, os.path.basename(os.path.abspath(folder)), rank, world_size
+        self.path = os.path.join(folder, "agent.pt")
         self.interval = args.checkpoint_interval if args.checkpoint_interval is not None else 100 * args.save_model
 
     def restore(self, resumed, agent, optimizer, envs):
@@ -213,7 +265,9 @@ def evaluate(args, make_envs, Agent):
     )
     check_args(train_args)
     torch.manual_seed(args.seed)
-    envs = make_envs(train_args, f"{train_args.env_id}__{args.exp_name}-eval__{args.seed}__{int(time.time())}")
+    name = f"{run_name_part(train_args.env_id)}__{args.exp_name}-eval__{args.seed}__{int(time.time())}"
+    video_folder = os.path.join(new_run_folder(name), "videos") if args.capture_video else None  # runs/<name>/videos
+    envs = make_envs(train_args, video_folder)
     agent = Agent(envs, train_args)
     agent.load_state_dict(checkpoint["model"])
     set_env_statistics(envs, checkpoint["env_stats"], frozen=True)

@@ -76,7 +76,8 @@ def env_kind(env_id):
     env.close()
     if isinstance(action_space, gym.spaces.Box):
         return "continuous", "Box"
-    if isinstance(action_space, gym.spaces.Discrete) and len(observation_space.shape) == 1:
+    vector = isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1
+    if isinstance(action_space, gym.spaces.Discrete) and vector:
         return "discrete-vector", "Discrete"
     raise ArgError(
         f"--env-id {env_id} has {type(observation_space).__name__} observations and a {type(action_space).__name__} "
@@ -84,14 +85,42 @@ def env_kind(env_id):
     )
 
 
+NAME_BYTES = 100  # --exp-name's longest: the run folder's name adds the env id, the seed and the time to it (255 at most)
+
+
+def is_folder_name(name, most_bytes=255):
+    """Whether `name` can be one folder's name inside runs/: no path separator, not "." or "..", printable, at most
+    `most_bytes` bytes."""
+    unsafe = not name or name in (".", "..") or "/" in name or "\\" in name or not name.isprintable()
+    return not unsafe and len(name.encode()) <= most_bytes
+
+
+def check_name(flag, name):
+    """ArgError unless `name` can be part of a run folder's name (within NAME_BYTES, so that the folder's stays within
+    the file system's 255)."""
+    if not is_folder_name(name, NAME_BYTES):
+        raise ArgError(
+            f"{flag} {name!r}: pass one folder name (no / or \\, not . or .., printable, at most {NAME_BYTES} bytes), "
+            "e.g. --exp-name hopper-baseline"
+        )
+
+
+def run_name_part(env_id):
+    """The env id as part of a run folder's name: a namespaced id's / (ns/Env-v0) would make a folder inside runs/."""
+    return env_id.replace("/", "-")
+
+
 def check_flags(args) -> None:
-    """Checks each numeric flag of `args` against FLAG_RULES, the finiteness of every float flag first; ArgError names
-    the first flag out of its range."""
+    """Checks each numeric flag of `args` against FLAG_RULES, the finiteness of every float flag first, and
+    --exp-name, which names a folder; ArgError names the first flag out of its range."""
     for field in fields(args):
         value = getattr(args, field.name)
         rule, fix = FLAG_RULES.get(field.name, (lambda v: True, "pass a finite number"))
         if (isinstance(value, float) and not np.isfinite(value)) or (value is not None and not rule(value)):
             raise ArgError(f"--{field.name.replace('_', '-')} {value}: {fix}")
+    check_name("--exp-name", args.exp_name)
+    if args.resume and args.eval_checkpoint:
+        raise ArgError("--resume and --eval-checkpoint: pass one (--resume trains on, --eval-checkpoint only plays)")
 
 
 def check_args(args, world_size=1) -> None:
@@ -107,6 +136,11 @@ def check_args(args, world_size=1) -> None:
         if args.minibatch_unit == "batch_size":
             of = f"the batch of --num-envs {args.num_envs} x --num-steps {args.num_steps} = {whole}"
         raise ArgError(f"--num-minibatches {args.num_minibatches} does not divide {of}; choose a divisor of {whole}")
+    if args.norm_adv and args.minibatch_size == 1:
+        raise ArgError(
+            f"--num-minibatches {args.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
+            "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
+        )
     if args.total_timesteps < args.batch_size * world_size:
         batch = f"one batch ({args.batch_size})"
         if world_size > 1:
@@ -136,20 +170,27 @@ def check_args(args, world_size=1) -> None:
         )
     if kind != "atari" and args.vector_env == "envpool":
         raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
-    if kind == "continuous" and args.capture_video:
-        check_rendering(args.env_id)
+    if kind != "atari" and args.capture_video:
+        check_rendering(args.env_id, kind)
 
 
-def check_rendering(env_id):
-    """--capture-video on a MuJoCo env renders without a display through MUJOCO_GL (egl unless set, as make_env sets
-    it): one frame must render here, or ArgError names the backend and the others to try."""
-    os.environ.setdefault("MUJOCO_GL", "egl")
+def check_rendering(env_id, kind):
+    """--capture-video on an env that is not an Atari game: one frame must render here, or ArgError says what is
+    missing. A MuJoCo env renders without a display through MUJOCO_GL (egl unless set, as make_env sets it); the
+    classic-control envs (CartPole, Acrobot) render with pygame, which gymnasium leaves out unless asked for."""
+    if kind == "continuous":
+        os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         env = gym.make(env_id, render_mode="rgb_array")
         env.reset(seed=0)
         env.render()
         env.close()
+    except gym.error.DependencyNotInstalled as e:
+        reason = (str(e).splitlines() or [""])[0]
+        raise ArgError(f"--capture-video: {env_id} cannot render here ({reason}); or drop --capture-video") from None
     except Exception as e:
+        if kind != "continuous":
+            raise ArgError(f"--capture-video: {env_id} cannot render here ({type(e).__name__}: {e}); drop --capture-video") from None
         raise ArgError(f"--capture-video: {gl_trouble('render', e)}; or drop --capture-video") from None
 
 

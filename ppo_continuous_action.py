@@ -27,7 +27,7 @@ from run_plumbing import Run, compiled_backward, main
 @dataclass
 class Args:
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment, part of the run name runs/{env_id}__{exp_name}__{seed}__{time}"""
+    """the name of this experiment (one folder name), part of the run folder runs/{env_id}__{exp_name}__{seed}__{time}"""
     seed: int = 1
     """seed of python, numpy, torch and the environments (env i gets seed + i), in 0 .. 2**32 - 1"""
     torch_deterministic: bool = True
@@ -45,7 +45,7 @@ class Args:
     wandb_entity: str | None = None
     """the wandb entity (team); None: your default entity"""
     capture_video: bool = False
-    """record videos of env 0 under videos/{run_name} (headless: MUJOCO_GL defaults to egl)"""
+    """record videos of env 0 under runs/{run_name}/videos (headless: MUJOCO_GL defaults to egl)"""
     save_model: bool = False
     """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
     checkpoint_interval: int | None = None
@@ -145,12 +145,12 @@ class Args:
         return self.batch_size // self.num_minibatches
 
 
-def make_env(args: Args, idx: int, run_name: str):
+def make_env(args: Args, idx: int, video_folder: str | None):
     def thunk():
         if args.capture_video and idx == 0:
             os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
             env = gym.make(args.env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+            env = gym.wrappers.RecordVideo(env, video_folder)
         else:
             env = gym.make(args.env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return, before any scaling
@@ -159,9 +159,9 @@ def make_env(args: Args, idx: int, run_name: str):
     return thunk
 
 
-def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
+def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
     """The parallel envs (G10) and the reference's vector-level wrappers, in the reference's order."""
-    thunks = [make_env(args, i, run_name) for i in range(args.num_envs)]
+    thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
     vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
     # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
     # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
@@ -375,7 +375,7 @@ def train(args: Args, stop_signals=()):
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    envs = make_envs(replace(args, capture_video=args.capture_video and run.rank == 0), run.name)
+    envs = make_envs(replace(args, capture_video=args.capture_video and run.rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients

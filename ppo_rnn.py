@@ -33,7 +33,7 @@ gym.register("CartPoleNoVelocity-v1", entry_point="env_adapters:cartpole_no_velo
 @dataclass
 class Args:
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment, part of the run name runs/{env_id}__{exp_name}__{seed}__{time}"""
+    """the name of this experiment (one folder name), part of the run folder runs/{env_id}__{exp_name}__{seed}__{time}"""
     seed: int = 1
     """seed of python, numpy, torch and the environments (env i gets seed + i), in 0 .. 2**32 - 1"""
     torch_deterministic: bool = True
@@ -49,7 +49,7 @@ class Args:
     wandb_entity: str | None = None
     """the wandb entity (team); None: your default entity"""
     capture_video: bool = False
-    """record videos of env 0 under videos/{run_name} (not with --vector-env envpool, which does not render)"""
+    """record videos of env 0 under runs/{run_name}/videos (not with --vector-env envpool, which does not render)"""
     save_model: bool = False
     """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
     checkpoint_interval: int | None = None
@@ -156,11 +156,11 @@ class Args:
         return self.batch_size // self.num_minibatches
 
 
-def make_env(args: Args, idx: int, run_name: str):
+def make_env(args: Args, idx: int, video_folder: str | None):
     def thunk():
         if args.capture_video and idx == 0:
             env = gym.make(args.env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+            env = gym.wrappers.RecordVideo(env, video_folder)
         else:
             env = gym.make(args.env_id)
         if len(env.observation_space.shape) == 1:
@@ -185,11 +185,11 @@ def make_env(args: Args, idx: int, run_name: str):
     return thunk
 
 
-def make_envs(args: Args, run_name: str) -> gym.vector.VectorEnv:
+def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
     """The parallel envs (G10), each wrapped by make_env, or envpool's."""
     if args.vector_env == "envpool":
         return EnvpoolVectorEnv(args)
-    thunks = [make_env(args, i, run_name) for i in range(args.num_envs)]
+    thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
     vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
     # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
     # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
@@ -456,7 +456,7 @@ def train(args: Args, stop_signals=()):
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
 
-    envs = make_envs(replace(args, capture_video=args.capture_video and run.rank == 0), run.name)
+    envs = make_envs(replace(args, capture_video=args.capture_video and run.rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
     backward = ppo_backward  # no --compile here: dynamo cannot trace nn.LSTM and nn.GRU

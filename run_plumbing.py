@@ -19,14 +19,17 @@ import torch
 import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
-from checkpoints import Checkpoints, evaluate, resume_command, resume_flags
+from checkpoints import CheckpointError, Checkpoints, evaluate, new_run_folder, resume_command, resume_flags
 from distributed_x2 import all_ranks_mean, average_env_statistics, distributed_setup
 from env_adapters import finished_episodes
-from flag_checks import ArgError, check_args
+from flag_checks import ArgError, check_args, run_name_part
 
 
 class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity: the message names the update and the last good checkpoint."""
+
+
+AGREE_EVERY = 32  # X2: env steps between the ranks' agreements on whether a stop signal has come
 
 
 def main(args, train, make_envs, Agent):
@@ -37,16 +40,18 @@ def main(args, train, make_envs, Agent):
         if args.eval_checkpoint:  # Ctrl-C stops it at once, also where a shell started it in the background (SIG_IGN)
             signal.signal(signal.SIGINT, signal.default_int_handler)
         evaluate(args, make_envs, Agent) if args.eval_checkpoint else train(args, stop_on_signals())
-    except (ArgError, NonFiniteError) as e:
+    except (ArgError, NonFiniteError, CheckpointError) as e:
         if int(os.environ.get("RANK", 0)) == 0:
             print(f"error: {e}", file=sys.stderr)
+        else:  # X2: every rank meets the same error; rank 0 says it, and torchrun stops the group once one rank exits
+            time.sleep(3)
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl-C while evaluating
         sys.exit(130)
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:
         # X2: the run is done and its process group closed, but torch's gloo backend sometimes aborts the interpreter's
-        # teardown ("terminate called without an active exception", in about 1 run of 4 on a busy 2-core machine),
-        # which would fail the torchrun job: a worker whose run has ended leaves without that teardown
+        # teardown ("terminate called without an active exception"), which would fail the torchrun job: a worker whose
+        # run has ended leaves without that teardown
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
@@ -56,9 +61,11 @@ def stop_on_signals():
     """Makes SIGINT and SIGTERM append their number to the returned list, which train() checks after each env step to
     stop with a checkpoint. A second Ctrl-C exits at once without one (exit code 130); a SIGINT within a second of the
     first counts as the same request, since torchrun forwards the terminal's Ctrl-C to its workers, who get two."""
-    stop_signals, first_time = [], []
+    stop_signals, first_time, trainer = [], [], os.getpid()
 
     def on_signal(signum, frame):
+        if os.getpid() != trainer:  # an env worker of --vector-env async (forked with this handler): the trainer stops it
+            return
         rank0 = int(os.environ.get("RANK", 0)) == 0
         if signum == signal.SIGINT and first_time and time.monotonic() - first_time[0] > 1.0:
             if rank0:
@@ -91,7 +98,8 @@ def compiled_backward(loss_fn, agent, device):
     loss.backward(); return stats` does, as one torch.compile'd graph. torch.func.grad traces the forward and the backward
     together, which spares the autograd engine's per-op work (ppo_continuous_action.py's update runs ~2.3x faster); the
     gradients are added to the parameters' .grad, as backward() adds them. The plain backward runs instead, with a
-    warning, where inductor has nothing to build with (no C++ compiler on a CPU). dynamo cannot trace nn.LSTM and
+    warning, where inductor has nothing to build with (no C++ compiler on a CPU) or its build fails (a compiler without
+    Python's C headers, say: the first minibatch finds out and takes the plain backward). dynamo cannot trace nn.LSTM and
     nn.GRU, so ppo_rnn.py has no --compile and never calls this."""
     module = LossModule(loss_fn, agent)
     params = dict(module.named_parameters())
@@ -114,11 +122,25 @@ def compiled_backward(loss_fn, agent, device):
             detached
         )
 
+    compiled = [True]  # until inductor fails to build the graph
+
     def backward(agent_, *args):
         assert agent_ is agent, "compiled_backward serves the agent it was built for"
+        if not compiled[0]:
+            return plain(agent_, *args)
         # floats (clip_coef, kl_beta) go in as tensors: the graph would be rebuilt for each new value of an annealed one
-        args = [torch.tensor(a, device=device) if isinstance(a, float) else a for a in args]
-        grads, stats = grads_and_stats({name: p.detach() for name, p in params.items()}, *args)
+        tensors = [torch.tensor(a, device=device) if isinstance(a, float) else a for a in args]
+        try:
+            grads, stats = grads_and_stats({name: p.detach() for name, p in params.items()}, *tensors)
+        except Exception as e:  # the compiled graph failed to build (a compiler without Python's C headers, say)
+            if not is_build_failure(e):
+                raise
+            compiled[0] = False
+            if int(os.environ.get("RANK", 0)) == 0:
+                reason = (str(e).strip().splitlines() or [""])[0][:200]
+                print(f"warning: --compile could not build its graph here ({type(e).__name__}: {reason}); running "
+                      "eagerly (slower, the same gradients)", file=sys.stderr)  # fmt: skip
+            return plain(agent_, *args)
         for name, p in params.items():
             grad = grads[name] if p.grad is None else p.grad + grads[name]
             # laid out as its parameter, as backward() leaves it: CUDA's fused Adam refuses other strides, which inductor's
@@ -129,32 +151,29 @@ def compiled_backward(loss_fn, agent, device):
     return backward
 
 
+def is_build_failure(error):
+    """Whether `error` is torch.compile failing to build a graph (inductor's C++ compile, a missing header or library),
+    not an error of the computation itself."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._inductor.exc import InductorError
+
+    return isinstance(error, (BackendCompilerFailed, InductorError)) or type(error).__name__ in ("CppCompileError",)
+
+
 class RunLog:
     """What a run reports, on rank 0 (X2: the other ranks pass their episodes to it): TensorBoard scalars, wandb with
     --track (and its videos), the episodes that ended, the SPS and a progress line every 10 s."""
 
-    def __init__(self, args, name, rank, world_size, resumed=None):
-        self.args, self.name, self.rank, self.world_size = args, name, rank, world_size
+    def __init__(self, args, folder, video_folder, rank, world_size, resumed=None):
+        self.args, self.video_folder, self.rank, self.world_size = args, video_folder, rank, world_size
         self.track = args.track and rank == 0
         self.wandb_id = None
         if self.track:
-            import wandb
-
-            wandb.init(
-                project=args.wandb_project_name,
-                entity=args.wandb_entity,
-                sync_tensorboard=True,
-                config=asdict(args),
-                name=name,
-                save_code=True,
-                id=resumed["wandb_id"] if resumed else None,
-                resume="allow",
-            )
-            self.wandb_id = wandb.run.id
+            self.wandb_id = start_wandb(args, folder, resumed["wandb_id"] if resumed else None)
         self.writer = None
         if rank == 0:
             # on resume, TensorBoard hides what the interrupted run logged after its checkpoint: no step appears twice
-            self.writer = SummaryWriter(f"runs/{name}", purge_step=resumed["global_step"] + 1 if resumed else None)
+            self.writer = SummaryWriter(folder, purge_step=resumed["global_step"] + 1 if resumed else None)
             if resumed is None:
                 table = "\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])
                 self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
@@ -200,11 +219,11 @@ class RunLog:
             recent = f"mean return (last {len(self.recent_returns)}) {mean_return}"
             print(f"step {global_step}/{self.args.total_timesteps}  SPS {self.sps}  {recent}")
         if self.track and self.args.capture_video:
-            self.videos_logged = log_videos(self.name, self.videos_logged)
+            self.videos_logged = log_videos(self.video_folder, self.videos_logged)
 
     def close(self):
         if self.track and self.args.capture_video:
-            log_videos(self.name, self.videos_logged)
+            log_videos(self.video_folder, self.videos_logged)
         if self.writer is not None:
             self.writer.close()
         if self.track:
@@ -227,15 +246,37 @@ class Run:
         self.rank, self.world_size, self.device = distributed_setup(args.cuda)  # X2
         if args.torch_threads > 0:
             torch.set_num_threads(args.torch_threads)
-        name = self.resumed["run_name"] if self.resumed else f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        if self.world_size > 1:
-            shared = [name]
-            dist.broadcast_object_list(shared, src=0)  # X2: rank 0's run name everywhere
-            name = shared[0]
-        self.args, self.name, self.stop_signals, self.stopping = args, name, stop_signals, False
+        self.args, self.stop_signals, self.stopping, self.steps_unchecked = args, stop_signals, False, 0
         self.num_iterations = args.total_timesteps // (args.batch_size * self.world_size)
-        self.runlog = RunLog(args, name, self.rank, self.world_size, self.resumed)
-        self.checkpoints = Checkpoints(args, name, self.rank, self.world_size)
+        if self.resumed:  # a resumed run writes on in its checkpoint's folder, wherever it is started from
+            folder = os.path.dirname(args.resume) or "."
+        else:  # runs/<name>, made by rank 0 for this run alone
+            name = f"{run_name_part(args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
+            folder = new_run_folder(name) if self.rank == 0 else None
+        if self.world_size > 1:
+            shared = [folder]
+            dist.broadcast_object_list(shared, src=0)  # X2: rank 0's run folder everywhere
+            folder = shared[0]
+        self.folder, self.name = folder, os.path.basename(os.path.abspath(folder))
+        # videos of env 0; a resumed session's in a folder of their own, so that the first session's stay
+        step = self.resumed["global_step"] if self.resumed else 0
+        self.video_folder = os.path.join(folder, f"videos-from-step-{step}" if self.resumed else "videos")
+        try:
+            self.runlog = RunLog(args, folder, self.video_folder, self.rank, self.world_size, self.resumed)
+        except ArgError:
+            if self.rank == 0 and not self.resumed:
+                shutil.rmtree(folder)  # made a moment ago, for this run: nothing else is in it
+                if not os.listdir("runs"):
+                    os.rmdir("runs")
+            raise
+        self.checkpoints = Checkpoints(args, folder, self.rank, self.world_size)
+        trained = self.num_iterations * args.batch_size * self.world_size
+        if self.rank == 0 and trained != args.total_timesteps and not self.resumed:
+            print(
+                f"note: --total-timesteps {args.total_timesteps} is not a whole number of updates of "
+                f"{args.batch_size * self.world_size} steps: the run trains {trained} ({self.num_iterations} updates)",
+                file=sys.stderr,
+            )
 
     @property
     def episodic_returns(self):
@@ -266,10 +307,13 @@ class Run:
         self.runlog.record_episodes(infos, global_step)
 
     def should_stop(self, last_step_of_rollout):
-        """Whether SIGINT or SIGTERM has come (to any rank: X2 ranks agree once per rollout, not every step)."""
+        """Whether SIGINT or SIGTERM has come (to any rank: X2 ranks agree every AGREE_EVERY steps and at the end of the
+        rollout, not every step, so that a stop comes well within torchrun's 30 s between its signal and its kill)."""
+        self.steps_unchecked += 1
         if self.world_size == 1:
             self.stopping = bool(self.stop_signals)
-        elif last_step_of_rollout:
+        elif last_step_of_rollout or self.steps_unchecked >= AGREE_EVERY:
+            self.steps_unchecked = 0
             stop = torch.tensor(float(bool(self.stop_signals)), device=self.device)
             self.stopping = all_ranks_mean(stop, self.world_size).item() > 0  # device sync
         return self.stopping
@@ -300,13 +344,26 @@ class Run:
             self.save()
 
     def save(self):
+        """Writes the checkpoint of the last finished update. Where the disk refuses, the envs and logs are closed and
+        CheckpointError says how to continue from the last good checkpoint."""
         done = self.done_iteration, self.done_step, self.kl_beta, self.runlog.wandb_id
-        self.checkpoints.save(self.agent, self.optimizer, *done)
+        try:
+            self.checkpoints.save(self.agent, self.optimizer, *done)
+        except CheckpointError as e:
+            self.envs.close()
+            self.runlog.close()
+            path, local_world_size = self.checkpoints.path, int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+            hint = "start the run again once there is room"
+            if os.path.exists(path):
+                hint = "once there is room, continue with: " + resume_command(self.args.script, path, self.world_size, local_world_size)
+            raise CheckpointError(f"{e}; {hint}") from None
 
     def finish(self):
-        """The checkpoint of the last finished update (with --save-model, a checkpoint interval or after a stop
-        signal), then closes the envs, the logs and the process group."""
-        if self.rank == 0 and (self.stopping or self.args.save_model or self.checkpoints.interval):
+        """The checkpoint of the last finished update (with --save-model, a checkpoint interval, after a stop signal,
+        or over an earlier one: a run folder's agent.pt is its last update or absent), then closes the envs, the logs
+        and the process group."""
+        saving = self.stopping or self.args.save_model or self.checkpoints.interval or os.path.exists(self.checkpoints.path)
+        if self.rank == 0 and saving:
             self.save()
             path = self.checkpoints.path
             print(f"saved the agent after update {self.done_iteration} (step {self.done_step}) to {path}")
@@ -321,11 +378,37 @@ class Run:
             dist.destroy_process_group()
 
 
-def log_videos(run_name, logged):
+def start_wandb(args, folder, wandb_id=None):
+    """--track: starts wandb's run (a resumed run's own, by its id), keeping its files in the run folder; returns its id.
+    ArgError where wandb cannot start (no key and no network, say)."""
+    import wandb
+
+    try:
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=asdict(args),
+            name=os.path.basename(os.path.abspath(folder)),
+            save_code=True,
+            id=wandb_id,
+            resume="allow",
+            dir=folder,
+        )
+    except Exception as e:  # wandb's UsageError, CommError, ...: none means a bug of this run
+        reason = (str(e).strip().splitlines() or [""])[0]
+        raise ArgError(
+            f"--track: wandb did not start ({type(e).__name__}: {reason}); log in with `wandb login`, or set "
+            "WANDB_MODE=offline to keep wandb's logs in the run folder and `wandb sync` them later"
+        ) from None
+    return wandb.run.id
+
+
+def log_videos(video_folder, logged):
     """Sends the finished videos of env 0 to wandb (gymnasium's RecordVideo and wandb's monitor_gym do not mix)."""
     import wandb
 
-    for path in sorted(glob(f"videos/{run_name}/*.mp4")):
+    for path in sorted(glob(f"{video_folder}/*.mp4")):
         if path not in logged:
             wandb.log({"videos": wandb.Video(path, format="mp4")})
             logged = logged | {path}

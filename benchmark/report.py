@@ -21,6 +21,7 @@ import itertools
 import json
 import re
 import shlex
+import shutil
 import sys
 import warnings
 from glob import glob
@@ -532,6 +533,9 @@ def main(argv=None):
     output = Path(options.output or root)
     data = output / "data"
     new, kept = read_runs_folder(root), read_data(data)
+    if new is None and kept is None and read_data(root / "data") is not None:  # a results folder rebuilt elsewhere
+        shutil.copytree(root / "data", data, dirs_exist_ok=True)  # its data go along, so the new report rebuilds alone
+        kept = read_data(data)
     if new is None and kept is None:
         raise SystemExit(
             f"error: {root}: no runs with TensorBoard logs and no {data / 'runs.csv'}; point it at a folder written by "

@@ -34,7 +34,7 @@ def test_uint8_rollout_storage(tmp_path, monkeypatch):
 def test_capture_video(tmp_path):
     result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "1024", "--capture-video", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
+    assert glob.glob(str(tmp_path / "runs" / "*" / "videos" / "*.mp4"))  # in the run folder, beside its logs
 
 
 @pytest.mark.parametrize("backend", ["sync", pytest.param("envpool", marks=needs("envpool"))])

@@ -254,6 +254,9 @@ def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
     assert "## Notes\n\nSeeds 1 and 2 ran on two workers." in report_of(clone, clone)
     episodes = pd.read_csv(clone / "data" / "episodes.csv.gz")
     assert sorted(episodes["seed"].unique()) == [1, 2] and (clone / "data" / "episodes.csv.gz").stat().st_size < 20_000
+    elsewhere = tmp_path / "elsewhere"  # a results folder rebuilt into another: its data go along
+    assert score_row(report_of(clone, elsewhere)) == score_row(first)
+    assert sorted(os.listdir(elsewhere / "data")) == sorted(os.listdir(clone / "data"))
 
 
 def logged_run(seed_folder, returns, length=None, approx_kl=(), **done):

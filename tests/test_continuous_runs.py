@@ -2,6 +2,7 @@
 tracking with videos end to end. Saving and evaluating a model: test_long_runs.py."""
 
 import glob
+import os
 from pathlib import Path
 
 import numpy as np
@@ -86,7 +87,8 @@ def test_track_offline_with_video(tmp_path):
         env={"WANDB_MODE": "offline"},
     )
     assert result.returncode == 0, result.stderr
-    assert glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
-    assert glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "*.mp4"))
+    assert glob.glob(str(tmp_path / "runs" / "*" / "videos" / "*.mp4"))
+    assert glob.glob(str(tmp_path / "runs" / "*" / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "*.mp4"))
+    assert sorted(os.listdir(tmp_path)) == ["runs"]  # nothing written beside the run folder
     assert read_scalars(only_run_dir(tmp_path), "losses/value_loss")
     assert "error" not in result.stderr.lower()

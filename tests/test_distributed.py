@@ -158,9 +158,9 @@ def test_torchrun_counts_every_ranks_steps_and_episodes(tmp_path):
 PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "128", "--num-minibatches", "4", "--update-epochs", "1", "--no-cuda"]
 
 
-def torchrun(*flags, nproc=2):
+def torchrun(*flags, nproc=2, launcher=()):
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
-            str(free_port()), str(ROOT / "ppo_continuous_action.py"), *flags]  # fmt: skip
+            str(free_port()), *launcher, str(ROOT / "ppo_continuous_action.py"), *flags]  # fmt: skip
 
 
 def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
@@ -197,11 +197,40 @@ def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 100) for k in range(100)], rtol=1e-5)  # G6 goes on where it was
 
 
-def test_an_error_is_printed_once_under_torchrun(tmp_path):
-    result = subprocess.run(torchrun(*PENDULUM, "--num-minibatches", "7"), cwd=tmp_path, capture_output=True, text=True,
+def test_ctrl_c_in_a_long_rollout_under_torchrun_saves_before_torchrun_kills(tmp_path):
+    """torchrun kills its workers a grace period after forwarding a signal (30 s unless --shutdown-timeout says
+    otherwise; 5 s here): the ranks agree on a stop every few steps, not only at the end of a rollout that outlasts
+    the grace (about 20 s here), so the last finished update is saved in time."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "40000", "--num-minibatches", "4", "--update-epochs", "1",
+             "--no-cuda", "--no-compile", "--total-timesteps", str(2 * 40000 * 10), "--checkpoint-interval", "1"]  # fmt: skip
+    proc = subprocess.Popen(torchrun(*flags, launcher=["--shutdown-timeout", "5"]), cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    deadline = time.time() + 240
+    while not glob.glob(str(tmp_path / "runs" / "*" / "agent.pt")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(2)  # into the second rollout
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "stopped by a signal; continue with: torchrun --nproc-per-node 2" in out, err[-3000:]
+    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    assert torch.load(path, weights_only=True)["iteration"] == 1
+
+
+@pytest.mark.parametrize(
+    "flags,line",
+    [
+        (["--num-minibatches", "7"], "error: --num-minibatches 7 does not divide"),
+        (["--total-timesteps", "200"], "error: --total-timesteps 200 is less than one update of 2 processes"),
+    ],
+)
+def test_an_error_is_printed_once_under_torchrun(tmp_path, flags, line):
+    """Every rank meets the error; rank 0 prints it, and the others wait for it before they exit (torchrun stops
+    the group as soon as one rank has exited, which could cut rank 0 short)."""
+    result = subprocess.run(torchrun(*PENDULUM, *flags), cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)  # fmt: skip
     assert result.returncode != 0
-    assert result.stderr.count("error: --num-minibatches 7 does not divide") == 1, result.stderr[-3000:]
+    assert result.stderr.count(line) == 1, result.stderr[-3000:]
 
 
 def pretend_gpus(monkeypatch, gpus, local_world_size, local_rank=None):

@@ -74,23 +74,41 @@ def test_interrupt_then_resume_continues_the_same_run(tmp_path, kill_signal):
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
-    """Resuming a finished run restores the model, optimizer, statistics and counters and has nothing left to do."""
+    """Resuming restores the model, optimizer, statistics and counters before training on, and writes on in the
+    checkpoint's folder; a finished run has nothing left to resume and is refused."""
     module = load_script(name)
     monkeypatch.chdir(tmp_path)
     flags = {"ppo_continuous_action": dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2),
              "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2),
              "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=2, num_steps=32, num_minibatches=2)}[name]  # fmt: skip
     steps = flags["num_steps"] * flags.get("num_envs", 1) * 2
-    result = module.train(module.Args(total_timesteps=steps, update_epochs=1, save_model=True, **flags))
+    module.train(module.Args(total_timesteps=steps, update_epochs=1, save_model=True, **flags))
     (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["iteration"] == 2 and checkpoint["global_step"] == steps
     with pytest.raises(checkpoints.ArgError, match="drop --seed --total-timesteps"):  # flags are the checkpoint's
         module.train(module.Args(resume=path, seed=2, total_timesteps=12345))
-    resumed = module.train(module.Args(resume=path))
-    assert resumed["run_name"] == result["run_name"] and resumed["episodic_returns"] == []
-    for key, value in resumed["agent"].state_dict().items():
+    with pytest.raises(checkpoints.ArgError, match=f"finished all its 2 updates \\(step {steps}\\); .* --eval-checkpoint"):
+        module.train(module.Args(resume=path))
+
+    checkpoint["args"]["total_timesteps"] = steps * 3 // 2  # the same run with one update still to do
+    (tmp_path / "longer").mkdir()
+    torch.save(checkpoint, tmp_path / "longer" / "agent.pt")
+    restored = {}
+
+    def restore_and_look(self, resumed, agent, optimizer, envs):
+        counters = restore(self, resumed, agent, optimizer, envs)
+        restored.update(model={k: v.clone() for k, v in agent.state_dict().items()}, optimizer=optimizer.state_dict())
+        return counters
+
+    restore = checkpoints.Checkpoints.restore
+    monkeypatch.setattr(checkpoints.Checkpoints, "restore", restore_and_look)
+    resumed = module.train(module.Args(resume=str(tmp_path / "longer" / "agent.pt")))
+    assert resumed["run_name"] == "longer" and len(glob.glob(str(tmp_path / "runs" / "*"))) == 1  # wrote on in longer/
+    for key, value in restored["model"].items():
         torch.testing.assert_close(value, checkpoint["model"][key], msg=key)
+    assert restored["optimizer"]["state"][0]["step"] == checkpoint["optimizer"]["state"][0]["step"]
+    assert torch.load(tmp_path / "longer" / "agent.pt", weights_only=True)["iteration"] == 3  # its last update, saved
 
 
 # a short run that saves its model, then --eval-checkpoint: (training flags, episodes to evaluate); Atari games are long

@@ -35,7 +35,7 @@ def test_runlog_writes_the_episodes_at_their_own_steps_and_the_scalars_at_the_up
     scalars there, the SPS from the clock, and (the run's last step) a progress line."""
     monkeypatch.chdir(tmp_path)
     args = load_script("ppo_continuous_action").Args(total_timesteps=4)
-    log = RunLog(args, "run", rank=0, world_size=1)
+    log = RunLog(args, "runs/run", None, rank=0, world_size=1)
     clock = iter([100.0] + [102.0] * 5)  # the start, then 2 s later the log (its SPS and progress line)
     monkeypatch.setattr(run_plumbing, "time", SimpleNamespace(time=lambda: next(clock)))
     log.start(num_envs=2, global_step=0, last_step=4)
@@ -61,7 +61,7 @@ def test_checkpoints_save_the_kept_state_not_what_came_after(tmp_path, monkeypat
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")])
     agent = torch.nn.Linear(3, 1)
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
-    parts = checkpoints.Checkpoints(args, "run", rank=0, world_size=1)
+    parts = checkpoints.Checkpoints(args, "runs/run", rank=0, world_size=1)
     (tmp_path / "runs" / "run").mkdir(parents=True)  # the run's TensorBoard writer makes it in a run
     torch.manual_seed(0)
     parts.keep(optimizer, envs)

@@ -1,0 +1,257 @@
+"""The promise to a careful user, as a catalogue of bad input and faults: for each, the input, the one line the user
+reads, the exit code, and what is left on disk. Nothing is written outside the run's folder, a run folder is never
+shared, nothing is left half-written, and no library's traceback reaches the user. (Flag ranges and foreign or corrupt
+checkpoints: test_cli.py; signals and resume: test_long_runs.py; torchrun: test_distributed.py.)"""
+
+import glob
+import importlib.util
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import checkpoints
+import pytest
+import run_plumbing
+import torch
+from conftest import ROOT, load_script, run_script, write_checkpoint
+
+cont = load_script("ppo_continuous_action")
+PENDULUM = dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2, update_epochs=1, compile=False)
+
+
+def left_on_disk(folder):
+    """Every path under `folder`, relative to it."""
+    return sorted(os.path.relpath(os.path.join(d, name), folder) for d, dirs, files in os.walk(folder) for name in dirs + files)
+
+
+def checkpoint_of(tmp_path, **fields):
+    """A checkpoint file of a Pendulum run (no agent: enough for what is checked before one is made)."""
+    fields = {"run_name": "run", "iteration": 1, **fields}
+    return write_checkpoint(tmp_path / "saved" / "run" / "agent.pt", cont.Args(env_id="Pendulum-v1"), **fields)
+
+
+# (script, flags, what the one line says, the checkpoint the case needs); each exits 1 before anything is written
+ONE_LINE = [
+    ("ppo_continuous_action", ["--exp-name", "../../../outside"], "--exp-name '../../../outside': pass one folder name", None),
+    ("ppo_continuous_action", ["--exp-name", "x" * 300], "at most 100 bytes", None),
+    ("ppo_continuous_action", ["--exp-name", ".."], "--exp-name '..': pass one folder name", None),
+    ("ppo_continuous_action", ["--num-minibatches", "2048"], "minibatches of one sample", None),
+    ("ppo_atari", ["--num-envs", "1", "--num-steps", "4", "--num-minibatches", "4"], "add --no-norm-adv", None),
+    ("ppo_rnn", ["--env-id", "Blackjack-v1"], "has Tuple observations", None),
+    ("ppo_continuous_action", ["--resume", "saved/run/agent.pt", "--eval-checkpoint", "saved/run/agent.pt"], "pass one",
+     {}),  # fmt: skip
+    ("ppo_continuous_action", ["--resume", "saved/run/agent.pt"], "holds a run name or wandb id", {"run_name": "../../x"}),
+    ("ppo_continuous_action", ["--resume", "saved/run/agent.pt"], "holds a run name or wandb id", {"wandb_id": "../x"}),
+    ("ppo_continuous_action", ["--resume", "saved/run/agent.pt"], "finished all its 488 updates", {"iteration": 488}),
+]
+
+
+@pytest.mark.parametrize("name,flags,line,fields", ONE_LINE, ids=[f"{n}:{' '.join(f)[:40]}" for n, f, _, _ in ONE_LINE])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, name, flags, line, fields):
+    (tmp_path / "work").mkdir()
+    if fields is not None:
+        checkpoint_of(tmp_path / "work", **fields)
+    before = left_on_disk(tmp_path)
+    result = run_script(name, *flags, cwd=tmp_path / "work", timeout=120)
+    lines = [text for text in result.stderr.splitlines() if text.strip() and "Powered by Stella" not in text]
+    assert result.returncode == 1 and len(lines) == 1 and line in lines[0], result.stderr[-2000:]
+    assert lines[0].startswith("error: ") and left_on_disk(tmp_path) == before
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pygame") is not None, reason="pygame is installed: CartPole renders")
+def test_a_video_of_an_env_that_cannot_render_is_one_line_before_any_folder(tmp_path):
+    result = run_script("ppo_rnn", "--env-id", "CartPoleNoVelocity-v1", "--capture-video", cwd=tmp_path, timeout=120)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith("error: --capture-video: CartPoleNoVelocity-v1 cannot render here (pygame")
+    assert os.listdir(tmp_path) == []
+
+
+def test_wandb_that_cannot_start_is_one_line_and_leaves_no_run_folder(tmp_path):
+    """--track with no wandb key (and no network): wandb's UsageError becomes a line that says how to log in or log
+    offline, and the run folder made for the run is removed again."""
+    env = {"HOME": str(tmp_path), "WANDB_MODE": "online", "WANDB_API_KEY": "", "WANDB_DIR": ""}
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "64", "--track", "--no-compile"]
+    (tmp_path / "work").mkdir()
+    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", timeout=120, env=env)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert lines[0].startswith("error: --track: wandb did not start (") and "WANDB_MODE=offline" in lines[0]
+    assert os.listdir(tmp_path / "work") == []
+
+
+def test_a_working_folder_where_runs_cannot_be_made_is_one_line(tmp_path, monkeypatch):
+    """runs/ a file, or a folder this user may not write (faked: the tests run as root, whom permissions do not stop)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("not a folder")
+    with pytest.raises(checkpoints.ArgError, match=f"^runs is a file in {tmp_path}; .*move the file$"):
+        cont.train(cont.Args(**PENDULUM, total_timesteps=64))
+    (tmp_path / "runs").unlink()
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(checkpoints.os, "makedirs", refused)
+    with pytest.raises(checkpoints.ArgError, match=r"^cannot create the run folder runs/Pendulum-v1__.* \(Permission denied\)"):
+        cont.train(cont.Args(**PENDULUM, total_timesteps=64))
+    assert os.listdir(tmp_path) == []
+
+
+def test_two_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    clock = itertools.count(1_000_000.0, 0.001)  # both runs start within the same second
+    monkeypatch.setattr(run_plumbing, "time", SimpleNamespace(time=lambda: next(clock), monotonic=time.monotonic))
+    first = cont.train(cont.Args(**PENDULUM, total_timesteps=64, save_model=True, seed=1))
+    second = cont.train(cont.Args(**PENDULUM, total_timesteps=64, save_model=True, seed=1))
+    assert (first["run_name"], second["run_name"]) == (
+        "Pendulum-v1__ppo_continuous_action__1__1000000",
+        "Pendulum-v1__ppo_continuous_action__1__1000000-2",
+    )
+    for result in (first, second):
+        saved = torch.load(tmp_path / "runs" / result["run_name"] / "agent.pt", weights_only=True)
+        torch.testing.assert_close(saved["model"], result["agent"].state_dict())  # each its own agent
+
+
+def test_a_namespaced_env_id_stays_one_folder_name():
+    import flag_checks
+
+    assert flag_checks.run_name_part("my_package/Walker-v0") == "my_package-Walker-v0"
+
+
+def test_a_checkpoint_that_cannot_be_written_leaves_the_last_good_one_and_no_partial_file(tmp_path):
+    """A full disk, made real: the temporary file is a link to /dev/full, where every write fails with ENOSPC."""
+    path = str(tmp_path / "agent.pt")
+    torch.save({"iteration": 1}, path)
+    os.symlink("/dev/full", path + ".tmp")
+    with pytest.raises(checkpoints.CheckpointError, match=r"\(No space left on device\); the last good one stays: .*agent\.pt$"):
+        checkpoints.save_checkpoint(path, {"iteration": 2, "model": torch.zeros(100_000)})
+    assert os.listdir(tmp_path) == ["agent.pt"] and torch.load(path, weights_only=True) == {"iteration": 1}
+
+
+def test_a_full_disk_during_a_run_is_one_line_with_the_command_that_continues_it(tmp_path, monkeypatch, capsys):
+    """Update 1's checkpoint is written, update 2's finds the disk full: the run stops with one line naming the kept
+    checkpoint and the command that continues from it; no partial file stays beside it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo_continuous_action.py"])
+    real_save = torch.save
+
+    def fills_the_disk(obj, f):
+        if obj["iteration"] == 2:
+            raise OSError(28, "No space left on device")
+        real_save(obj, f)
+
+    monkeypatch.setattr(checkpoints.torch, "save", fills_the_disk)
+    args = cont.Args(**PENDULUM, total_timesteps=64 * 3, checkpoint_interval=1)
+    with pytest.raises(SystemExit) as stop:
+        run_plumbing.main(args, cont.train, cont.make_envs, cont.Agent)
+    lines = capsys.readouterr().err.strip().splitlines()
+    (folder,) = glob.glob("runs/*")
+    assert stop.value.code == 1 and len(lines) == 1, lines
+    assert lines[0] == (
+        f"error: could not write the checkpoint {folder}/agent.pt (No space left on device); the last good one stays: "
+        f"{folder}/agent.pt; once there is room, continue with: python ppo_continuous_action.py --resume {folder}/agent.pt"
+    )
+    assert sorted(os.listdir(folder))[0] == "agent.pt" and not glob.glob(f"{folder}/*.tmp")
+    assert torch.load(f"{folder}/agent.pt", weights_only=True)["iteration"] == 1
+
+
+def test_the_resume_command_is_quoted_and_names_the_script_as_started(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["../ppo/ppo_continuous_action.py", "--exp-name", "my run"])
+    command = checkpoints.resume_command("ppo_continuous_action.py", "runs/Hopper-v5__my run__1__7/agent.pt", 1, 1)
+    assert command == "python ../ppo/ppo_continuous_action.py --resume 'runs/Hopper-v5__my run__1__7/agent.pt'"
+    command = checkpoints.resume_command("ppo_continuous_action.py", "runs/a b/agent.pt", 2, 2)
+    assert command == "torchrun --nproc-per-node 2 ../ppo/ppo_continuous_action.py --resume 'runs/a b/agent.pt'"
+
+
+def test_a_budget_that_is_not_whole_updates_says_what_it_trains(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    result = cont.train(cont.Args(**PENDULUM, total_timesteps=100))
+    err = capsys.readouterr().err
+    assert "note: --total-timesteps 100 is not a whole number of updates of 64 steps: the run trains 64 (1 updates)" in err
+    assert len(result["episodic_returns"]) == 0  # Pendulum's episodes are 200 steps: none ended in 64
+
+
+def stop_in_first_rollout(monkeypatch):
+    """A stop request that arrives at the first env step of the run (as SIGTERM would)."""
+    stop = []
+    record = run_plumbing.Run.record_episodes
+
+    def record_then_stop(self, infos, global_step):
+        record(self, infos, global_step)
+        if not stop and self.resumed is None:
+            stop.append(signal.SIGTERM)
+
+    monkeypatch.setattr(run_plumbing.Run, "record_episodes", record_then_stop)
+    return stop
+
+
+def test_a_resumed_run_ends_with_its_own_last_update_in_agent_pt(tmp_path, monkeypatch):
+    """Without --save-model, a run stopped by a signal leaves the checkpoint of its stop; resumed and finished, its
+    agent.pt is the finished run, not the stop's (which --eval-checkpoint would evaluate without a word)."""
+    monkeypatch.chdir(tmp_path)
+    cont.train(cont.Args(**PENDULUM, total_timesteps=64 * 2), stop_in_first_rollout(monkeypatch))
+    (path,) = glob.glob("runs/*/agent.pt")
+    assert torch.load(path, weights_only=True)["iteration"] == 0
+    cont.train(cont.Args(resume=path))
+    assert torch.load(path, weights_only=True)["iteration"] == 2
+
+
+def test_a_resumed_run_writes_in_its_checkpoints_folder_from_anywhere(tmp_path, monkeypatch):
+    """Resumed from another working folder, the run writes on in its checkpoint's folder, and nothing in the other."""
+    (tmp_path / "first").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    cont.train(cont.Args(**PENDULUM, total_timesteps=64 * 2), stop_in_first_rollout(monkeypatch))
+    (path,) = glob.glob(str(tmp_path / "first" / "runs" / "*" / "agent.pt"))
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    cont.train(cont.Args(resume=path))
+    assert os.listdir(tmp_path / "elsewhere") == [] and len(glob.glob(os.path.join(os.path.dirname(path), "events*"))) == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("moviepy") is None, reason="needs moviepy (in requirements.txt)")
+def test_a_resumed_run_keeps_the_first_sessions_videos(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = cont.Args(**{**PENDULUM, "env_id": "InvertedPendulum-v5"}, total_timesteps=64 * 2, capture_video=True)
+    cont.train(args, stop_in_first_rollout(monkeypatch))
+    (folder,) = glob.glob("runs/*")
+    first = {path: os.path.getmtime(path) for path in glob.glob(f"{folder}/videos/*.mp4")}
+    assert first, os.listdir(folder)
+    cont.train(cont.Args(resume=f"{folder}/agent.pt"))
+    assert {path: os.path.getmtime(path) for path in glob.glob(f"{folder}/videos/*.mp4")} == first
+    assert glob.glob(f"{folder}/videos-from-step-0/*.mp4")  # the resumed session's, beside them
+    assert sorted(os.listdir(".")) == ["runs"]
+
+
+def test_a_compiler_that_cannot_build_falls_back_to_eager_with_one_warning(tmp_path):
+    """--compile (the default) where g++ exists but cannot build inductor's code (a Python without its C headers, say):
+    faked by a compiler that answers --version and fails everything else. The run warns once and trains eagerly."""
+    fake = tmp_path / "g++"
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "g++ (fake) 12" && exit 0\necho "Python.h: No such file" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    (tmp_path / "work").mkdir()
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", "128"]
+    env = {"CXX": str(fake), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # nothing cached from a real build
+    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", env=env, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: --compile")]
+    assert len(warnings) == 1 and "running eagerly" in warnings[0], result.stderr[-3000:]
+    assert "step 128/128" in result.stdout
+
+
+def test_ctrl_c_with_async_envs_says_stopping_once(tmp_path):
+    """The terminal's Ctrl-C reaches the env workers of --vector-env async too; only the trainer speaks."""
+    flags = ["--env-id", "Pendulum-v1", "--num-envs", "4", "--num-steps", "64", "--vector-env", "async", "--no-compile",
+             "--total-timesteps", "1000000", "--checkpoint-interval", "1"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, str(ROOT / "ppo_continuous_action.py"), *flags], cwd=tmp_path,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    deadline = time.time() + 120
+    while not glob.glob(str(tmp_path / "runs" / "*" / "agent.pt")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and err.count("stopping") == 1, err[-2000:]
+    assert "stopped by a signal; continue with:" in out
