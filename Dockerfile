@@ -25,7 +25,8 @@ RUN python3 -m venv /home/ppo/.venv
 ENV PATH=/home/ppo/.venv/bin:$PATH
 RUN pip install -r requirements.txt
 
-COPY ppo_continuous_action.py ppo_atari.py ppo_rnn.py run_plumbing.py env_adapters.py checkpoints.py distributed_x2.py flag_checks.py ./
+COPY ppo_continuous_action.py ppo_atari.py ppo_rnn.py ./
+COPY ppo_utils/ ppo_utils/
 COPY benchmark/ benchmark/
 RUN mkdir -p runs videos benchmark/runs && chown -R ppo:ppo /home/ppo
 USER 1000:1000

@@ -1,13 +1,13 @@
 """PPO for Atari (ALE through gymnasium): a Nature-CNN actor-critic with the reference's Atari wrappers and defaults
 (openai/baselines ppo2: 4 epochs of 4 minibatches and a value coefficient of 0.5, not the paper's 3, 32 x 8 and 1).
 Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1) detail is a flag. What is not PPO is in
-modules beside it: run_plumbing.py (the run), checkpoints.py, flag_checks.py, distributed_x2.py (X2), env_adapters.py.
+the package ppo_utils/ beside it (the run's life cycle, checkpoints, flag checks, --compile); of the details it carries
+only X2's averaging and envpool's backend of G10, each called from here.
 
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --total-timesteps 10000000
 """
 
 import os
-import random
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
@@ -21,9 +21,13 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common import atari_wrappers
 from torch.distributions.categorical import Categorical
 
-from env_adapters import EnvpoolVectorEnv
-from distributed_x2 import all_ranks_mean, average_gradients, rank_seed
-from run_plumbing import Run, compiled_backward, main
+from ppo_utils.checkpoints import Update, restore, resume_flags
+from ppo_utils.compiled import compiled_backward
+from ppo_utils.distributed import all_ranks_mean, average_gradients, broadcast_parameters
+from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed, seed_everything
+from ppo_utils.env_adapters import EnvpoolVectorEnv
+from ppo_utils.flag_checks import check_args
+from ppo_utils.run import Run, main
 
 gym.register_envs(ale_py)  # the ALE ids exist only once ale_py is registered
 
@@ -149,6 +153,11 @@ class Args:
     @property
     def minibatch_size(self) -> int:
         return self.batch_size // self.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
+        return self.total_timesteps // (self.batch_size * launched_processes())
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -329,7 +338,7 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
 
 def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
     """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
-    --compile (the default) swaps in run_plumbing.compiled_backward(ppo_loss): the same, as one compiled graph."""
+    --compile (the default) swaps in ppo_utils.compiled.compiled_backward(ppo_loss): the same, as one compiled graph."""
     loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
     loss.backward()
     return mb_stats
@@ -384,19 +393,23 @@ def train(args: Args, stop_signals=()):
     """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks).
     Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
     current env step, saves a checkpoint, closes everything and returns."""
-    run = Run(args, stop_signals)  # --resume, flag checks, torchrun (X2), TensorBoard and wandb
-    args, device = run.args, run.device  # a resumed run goes on with its checkpoint's flags
-    seed = rank_seed(args.seed, run.rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
+    args, resumed = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
+    check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
+    rank, world_size, device = distributed_setup(args.cuda)  # X2: torchrun's process group; rank r on GPU r of its node
+    run = Run(args, resumed=resumed, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder and logs
+    seed = rank_seed(args.seed, rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
+    seed_everything(seed, args.torch_deterministic)  # python, numpy, torch
 
-    envs = make_envs(replace(args, capture_video=args.capture_video and run.rank == 0), run.video_folder)
+    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
-    start_iteration, global_step, kl_beta = run.start(agent, optimizer, envs)  # 1, 0, --kl-beta unless resumed
+    done = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
+    if resumed:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
+        done = restore(resumed, agent, optimizer, envs, rank, args)
+    broadcast_parameters(agent, world_size)  # X2: every rank starts from rank 0's parameters
+    run.start(agent, optimizer, envs, done)
+    global_step, kl_beta = done.global_step, done.kl_beta
 
     # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one)
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8, device=device)
@@ -410,14 +423,14 @@ def train(args: Args, stop_signals=()):
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
 
-    for iteration in range(start_iteration, run.num_iterations + 1):
-        frac = 1.0 - (iteration - 1.0) / run.num_iterations
+    for iteration in range(done.iteration + 1, args.num_iterations + 1):
+        frac = 1.0 - (iteration - 1.0) / args.num_iterations
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
         clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
 
         for step in range(args.num_steps):
-            global_step += args.num_envs * run.world_size  # X2: the steps of all ranks
+            global_step += args.num_envs * world_size  # X2: the steps of all ranks
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
@@ -432,7 +445,7 @@ def train(args: Args, stop_signals=()):
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
             next_obs = torch.as_tensor(next_obs, device=device)
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
-            run.record_episodes(infos, global_step)
+            run.log.record_episodes(infos, global_step)
             if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
                 break
         if run.stopping:
@@ -452,11 +465,11 @@ def train(args: Args, stop_signals=()):
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
         }
-        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, run.world_size, backward)
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, backward)
         run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(
-                kl_beta, all_ranks_mean(batch_kl(agent, batch), run.world_size).item(), args.kl_dtarg
+                kl_beta, all_ranks_mean(batch_kl(agent, batch), world_size).item(), args.kl_dtarg
             )  # G1
 
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
@@ -469,12 +482,13 @@ def train(args: Args, stop_signals=()):
             scalars["charts/update_epochs"] = stats["epochs"]  # X3: the epochs run before the KL stopped the update
         scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}  # device sync
         scalars["losses/explained_variance"] = explained_var
-        run.log(global_step, scalars)  # with the episodes that ended and the SPS
-        run.checkpoint(iteration, global_step, kl_beta)  # every --checkpoint-interval updates
+        run.log.write(global_step, scalars)  # with the episodes that ended and the SPS
+        run.finish_update(iteration, global_step, kl_beta)  # a checkpoint every --checkpoint-interval updates
 
-    run.finish()  # the last checkpoint (--save-model, or after a signal), then closes everything
+    run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
-    return {"agent": agent, "run_name": run.name, "episodic_returns": run.episodic_returns, "rollout": rollout, "sps": run.sps}
+    returns, sps = run.log.episodic_returns, run.log.sps
+    return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
 
 
 if __name__ == "__main__":

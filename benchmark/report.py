@@ -26,6 +26,7 @@ import sys
 import warnings
 from glob import glob
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -89,6 +90,14 @@ def read_run(folder: Path):
 KEYS = ["env_id", "variant", "seed"]
 
 
+class Tables(NamedTuple):
+    """A results folder's data: every episode, one row per run, every update's training statistics (None if none)."""
+
+    episodes: pd.DataFrame
+    runs: pd.DataFrame
+    stats: pd.DataFrame | None
+
+
 def read_runs_folder(root: Path):
     """(episodes, runs, stats) tables of the finished runs (those with done.json) of a folder written by benchmark/run.py:
     the episodes and the updates' statistics from its TensorBoard logs; per run the last logged SPS and, from done.json,
@@ -111,7 +120,8 @@ def read_runs_folder(root: Path):
         runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine", "peer")}})
     if not runs:
         return None
-    return pd.concat(episodes, ignore_index=True), pd.DataFrame(runs), pd.concat(stats, ignore_index=True) if stats else None
+    stats = pd.concat(stats, ignore_index=True) if stats else None
+    return Tables(pd.concat(episodes, ignore_index=True), pd.DataFrame(runs), stats)
 
 
 def read_data(data: Path):
@@ -120,7 +130,7 @@ def read_data(data: Path):
     if not (data / "runs.csv").exists():
         return None
     stats = pd.read_csv(data / "stats.csv.gz") if (data / "stats.csv.gz").exists() else None
-    return pd.read_csv(data / "episodes.csv.gz"), pd.read_csv(data / "runs.csv"), stats
+    return Tables(pd.read_csv(data / "episodes.csv.gz"), pd.read_csv(data / "runs.csv"), stats)
 
 
 def merge_data(kept, new):
@@ -139,7 +149,7 @@ def merge_data(kept, new):
         parts = [t for t in (others(old), fresh) if t is not None and not t.empty]
         return pd.concat(parts, ignore_index=True) if parts else None
 
-    return tuple(joined(old, fresh) for old, fresh in zip(kept, new))
+    return Tables(*(joined(old, fresh) for old, fresh in zip(kept, new)))
 
 
 def write_data(data: Path, tables):
@@ -559,7 +569,7 @@ def main(argv=None):
     iqm = aggregate_iqm(runs) if runs["env_id"].nunique() > 1 else ""
     if iqm:
         sections.append("## Aggregate over tasks (rliable)\n\n" + iqm + "\n")
-    table = tables[1]
+    table = tables.runs
     peers = dict(table[["variant", "peer"]].dropna().drop_duplicates().values) if "peer" in table else {}
     if peers and (runs["variant"] == "default").any():
         note = (
@@ -580,7 +590,7 @@ def main(argv=None):
             "frame skip), ours in agent steps of 4 frames each.\n"
         )
         pairs = [(env_id, peer) for env_id in sorted(runs["env_id"].unique()) for peer in variant_order(peers)]
-        statistics = [(env_id, peer, statistics_table(tables[0], tables[2], env_id, peer)) for env_id, peer in pairs]
+        statistics = [(env_id, peer, statistics_table(tables.episodes, tables.stats, env_id, peer)) for env_id, peer in pairs]
         parts = [f"### {env_id}: ours / {peer}\n\n{text}\n" for env_id, peer, text in statistics if text]
         if parts:
             sections.append("## Training statistics against peers\n\n" + note + "\n" + "\n".join(parts))
@@ -597,7 +607,7 @@ def main(argv=None):
         png = f"{env_id}.png"
         plot_env(env_runs, env_id, output / png, peers)
         sections.append(f"![{env_id}]({png})\n")
-    sections.append("## Runs\n\n" + runs_table(tables[1]) + "\n")
+    sections.append("## Runs\n\n" + runs_table(tables.runs) + "\n")
     notes = data / "notes.md"  # hand-written, kept with the data so that a rebuild keeps it
     if notes.exists():
         sections.append("## Notes\n\n" + notes.read_text().strip() + "\n")

@@ -36,63 +36,54 @@ from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
 
+from versus import machine  # beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from versus import machine  # noqa: E402  (beside this file)
 
 ATARI_GAMES = ["PongNoFrameskip-v4", "BreakoutNoFrameskip-v4", "BeamRiderNoFrameskip-v4"]
-CLEANRL = ROOT.parent / "shared" / "peers" / "cleanrl"  # kept for measuring, beside the checkout (never copied)
 # the hyperparameters of the README's CartPoleNoVelocity command
 CARTPOLE_FLAGS = (
     "--num-envs 8 --num-steps 32 --num-minibatches 1 --update-epochs 20 --learning-rate 1e-3 --gamma 0.98 "
     "--gae-lambda 0.8 --ent-coef 0 --clip-coef 0.2"
 )
-PRESETS = {  # script, {env id: (steps, env-specific flags)}, seeds[, {peer name: peer script}]
-    "mujoco": (
-        "ppo_continuous_action.py",
-        {
-            env_id: (1_000_000, "")
-            for env_id in [
-                "HalfCheetah-v5",
-                "Hopper-v5",
-                "Walker2d-v5",
-                "Swimmer-v5",
-                "InvertedPendulum-v5",
-                "InvertedDoublePendulum-v5",
-                "Reacher-v5",
-            ]
-        },
-        [1, 2, 3],
-    ),
-    "atari": (
+MUJOCO_TASKS = [  # the PPO paper's seven, at today's versions
+    "HalfCheetah-v5",
+    "Hopper-v5",
+    "InvertedDoublePendulum-v5",
+    "InvertedPendulum-v5",
+    "Reacher-v5",
+    "Swimmer-v5",
+    "Walker2d-v5",
+]
+
+
+@dataclass
+class Preset:
+    """A predefined matrix: a script on env ids (each with its steps and env-specific flags), seeds, and peers: other
+    projects' scripts, by name, each a file in the folder an environment variable names (e.g. CLEANRL_DIR)."""
+
+    script: str
+    envs: dict  # env id: (steps, flags)
+    seeds: list
+    peers: dict = field(default_factory=dict)  # name: (environment variable of its folder, script file in it)
+
+
+PRESETS = {
+    "mujoco": Preset("ppo_continuous_action.py", {env_id: (1_000_000, "") for env_id in MUJOCO_TASKS}, [1, 2, 3]),
+    "atari": Preset(
         "ppo_atari.py",
         {game: (2_000_000, "") for game in ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"]},
         [1, 2, 3],
-        {"cleanrl": str(CLEANRL / "ppo_atari.py")},
+        peers={"cleanrl": ("CLEANRL_DIR", "ppo_atari.py")},
     ),
-    "atari-10m": ("ppo_atari.py", {game: (10_000_000, "") for game in ATARI_GAMES}, [1, 2, 3]),
-    "rnn": (
+    "atari-10m": Preset("ppo_atari.py", {game: (10_000_000, "") for game in ATARI_GAMES}, [1, 2, 3]),
+    "rnn": Preset(
         "ppo_rnn.py",
         {**{game: (10_000_000, "") for game in ATARI_GAMES}, "CartPoleNoVelocity-v1": (200_000, CARTPOLE_FLAGS)},
         [1, 2, 3],
     ),
-    "ablation": ("ppo_continuous_action.py", {"Hopper-v5": (1_000_000, "")}, [1, 2, 3]),
-    "table1": (
-        "ppo_continuous_action.py",
-        {
-            env_id: (1_000_000, "")
-            for env_id in [
-                "HalfCheetah-v5",
-                "Hopper-v5",
-                "InvertedDoublePendulum-v5",
-                "InvertedPendulum-v5",
-                "Reacher-v5",
-                "Swimmer-v5",
-                "Walker2d-v5",
-            ]
-        },
-        [1, 2, 3],
-    ),
+    "ablation": Preset("ppo_continuous_action.py", {"Hopper-v5": (1_000_000, "")}, [1, 2, 3]),
+    "table1": Preset("ppo_continuous_action.py", {env_id: (1_000_000, "") for env_id in MUJOCO_TASKS}, [1, 2, 3]),
 }
 # The `table1` preset's variants: the PPO paper's eleven Table 1 settings (G1), every other flag at its default. Where
 # a setting is the script's default it takes no flag, so that its command is the one the mujoco and ablation presets
@@ -113,7 +104,7 @@ TABLE1 = {
 
 
 def ablations(script):
-    """The `ablation` preset's variants for a script: the defaults, then one run per detail of ../shared/DETAILS.md
+    """The `ablation` preset's variants for a script: the defaults, then one run per detail of docs/details.md
     with that detail turned off (or set to its non-reference value), named after its id. X2 is a launcher
     (torchrun), not a flag, and is left out. G1 gets the paper's three other Table 1 objectives, each at the setting
     that is this script's default: no clipping or penalty, a fixed KL penalty (beta 1), an adaptive one (d_targ 0.01)."""
@@ -197,16 +188,25 @@ class Run:
 
 def build_matrix(options):
     """The runs of the preset, with the command line's choices taking precedence."""
-    script, envs, seeds, *peers = PRESETS[options.preset] if options.preset else (None, {}, [1])
-    peers = dict(peers[0]) if peers else {}
+    preset = PRESETS[options.preset] if options.preset else Preset(None, {}, [1])
+    script, envs, seeds, peers = preset.script, preset.envs, preset.seeds, {}
+    given = dict(spec.partition("=")[::2] for spec in options.peer or [])
     for spec in options.peer or []:
         name, sep, path = spec.partition("=")
         if not sep or not name or "/" in name or not Path(path).is_file():
             raise SystemExit(f"error: --peer {spec}: write NAME=SCRIPT naming an existing script, e.g. --peer cleanrl=PATH")
         peers[name] = str(Path(path).resolve())
-    for name, path in peers.items():
-        if not Path(path).is_file():
-            raise SystemExit(f"error: peer {name}: no script at {path}; pass --peer {name}=PATH to where it is")
+    for name, (variable, file) in preset.peers.items():
+        if name in given:
+            continue
+        folder = os.environ.get(variable)
+        if not folder or not (Path(folder) / file).is_file():
+            said = f"{variable}={folder} holds no {file}" if folder else f"{variable} is not set"
+            raise SystemExit(
+                f"error: peer {name} of --preset {options.preset}: {said}; set {variable} to the folder of its {file} "
+                f"(e.g. a clone of CleanRL: {variable}=~/cleanrl/cleanrl), or pass --peer {name}=PATH"
+            )
+        peers[name] = str((Path(folder) / file).resolve())
     script = options.script or script
     if script is None:
         raise SystemExit("error: pass --preset or --script")
@@ -279,7 +279,7 @@ def checkpoint_of(folder: Path):
     return found[-1] if found else None
 
 
-# what a script prints when a signal stopped it after saving a checkpoint (run_plumbing.Run.finish); it then exits 0
+# what a script prints when a signal stopped it after saving a checkpoint (ppo_utils.run.Run.finish); it then exits 0
 STOPPED = "stopped by a signal; continue with:"
 
 

@@ -28,11 +28,25 @@ import torch
 import tyro
 from torch.utils.flop_counter import FlopCounterMode
 
+from versus import machine  # beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
-from flag_checks import ArgError, check_args  # noqa: E402
-from run_plumbing import compiled_backward  # noqa: E402
-from versus import machine  # noqa: E402  (beside this file)
+
+
+def load_package(name):
+    """The project's package `name` (ppo_utils), loaded from its folder as the scripts are loaded from their files, so
+    that the scripts' own `from ppo_utils... import` find it wherever this program runs from."""
+    if name not in sys.modules:
+        folder = ROOT / name
+        spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+load_package("ppo_utils")
+from ppo_utils.compiled import compiled_backward  # noqa: E402  (loaded just above)
+from ppo_utils.flag_checks import ArgError, check_args  # noqa: E402
 
 BENCHMARK_ENVS = {  # script: (env id, training steps per run)
     "ppo_continuous_action.py": ("Hopper-v5", 61440),
@@ -114,7 +128,7 @@ def update_compute(module, args):
 
 def script_args(script, env_id, total_timesteps, flags):
     """The script and its Args for a measurement; a bad flag or env id ends here with the script's own one-line error
-    (tyro's for an unknown flag, run_plumbing's check_args for the rest)."""
+    (tyro's for an unknown flag, ppo_utils' check_args for the rest)."""
     module = load_script(script)
     args = tyro.cli(module.Args, args=["--env-id", env_id, "--total-timesteps", str(total_timesteps)] + flags)
     try:

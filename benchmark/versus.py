@@ -3,9 +3,9 @@
 drifts within a session and changes between sessions, so a speed is only quoted as the ratio of the two, measured in
 one such run: wall time (start to exit, imports included) and the SPS each script logged last (charts/SPS).
 
-    python benchmark/versus.py ppo_continuous_action.py ../shared/peers/cleanrl/ppo_continuous_action.py \\
+    python benchmark/versus.py ppo_continuous_action.py $CLEANRL_DIR/ppo_continuous_action.py \\
         --env-id Hopper-v5 --total-timesteps 102400 --rounds 3 --output benchmark/results/versus-hopper.md
-    python benchmark/versus.py ppo_atari.py ../shared/peers/cleanrl/ppo_atari.py --env-id BreakoutNoFrameskip-v4 \\
+    python benchmark/versus.py ppo_atari.py $CLEANRL_DIR/ppo_atari.py --env-id BreakoutNoFrameskip-v4 \\
         --total-timesteps 40960 --rounds 3 -- --vector-env envpool     # flags after -- go to our script only
 
 Both scripts take --env-id, --total-timesteps and --seed; each runs with its own defaults otherwise. The peer's folder
@@ -102,7 +102,7 @@ def main(argv=None):
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("ours", help="our script, e.g. ppo_continuous_action.py (relative to the repository's root)")
-    parser.add_argument("peer", help="the peer's script, e.g. ../shared/peers/cleanrl/ppo_continuous_action.py")
+    parser.add_argument("peer", help="the peer's script, e.g. $CLEANRL_DIR/ppo_continuous_action.py (CLEANRL_DIR: the folder of CleanRL's scripts)")
     parser.add_argument("--env-id", required=True)
     parser.add_argument("--total-timesteps", type=int, required=True)
     parser.add_argument("--seed", type=int, default=1)

@@ -1,6 +1,6 @@
 """Loads the scripts as modules (they are files at the repository's top level, not a package) and runs them; the
 helpers the test modules share (no test module imports another): agents on stand-in spaces, fixed and recorded
-training batches, the loss written from the formulas, the detail contract of ../shared/DETAILS.md.
+training batches, the loss written from the formulas, the detail contract of docs/details.md.
 
 Devices: a helper's tensors live on the device of what it is given (the agent's parameters, a run's rollout), so that a
 test computes on one device wherever it runs. make_agent builds its agent on the CPU (Args.cuda is not looked at:
@@ -27,11 +27,16 @@ CORES_EACH = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WO
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(CORES_EACH))  # read when inductor is first imported
 torch.set_num_threads(CORES_EACH)
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the scripts import run_plumbing from beside them
+ROOT = Path(__file__).resolve().parent.parent  # on pytest's path (pyproject.toml), so the scripts find ppo_utils
 # every script whose GAE and loss pieces the shared tests check; later scripts join this list
 SCRIPTS = [name for name in ("ppo_continuous_action", "ppo_atari", "ppo_rnn") if (ROOT / f"{name}.py").exists()]
 FEED_FORWARD = [name for name in SCRIPTS if name != "ppo_rnn"]
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests first (the order is stable otherwise), so that with several workers none starts last and tails
+    the run."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def load_script(name):
@@ -77,10 +82,10 @@ def run_script(name, *flags, cwd, timeout=600, env=None):
 def write_checkpoint(path, args, **extra):
     """A checkpoint file of a run of `args` as load_checkpoint reads it, holding no agent: enough for what is checked
     before an agent is made (flags, script, env, process count)."""
-    import checkpoints
+    from ppo_utils import checkpoints
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    checkpoint = {key: None for key in checkpoints.CHECKPOINT_KEYS}
+    checkpoint = {key: None for key in checkpoints.CHECKPOINT_KEYS} | {"run_name": Path(path).parent.name, "iteration": 0}
     torch.save({**checkpoint, "script": args.script, "args": asdict(args), **extra}, path)
     return str(path)
 
@@ -228,7 +233,7 @@ def reference_minibatch_loss(agent, mb, args, clip_coef):
 # ---------------------------------------------------------------------------------------------------------------------
 # the detail contract
 
-DETAILS = ROOT.parent / "shared" / "DETAILS.md"
+DETAILS = ROOT / "docs" / "details.md"  # the flag contract: ids, names, defaults
 COLUMNS = {"ppo_atari": "A", "ppo_continuous_action": "C", "ppo_rnn": "R"}
 
 
@@ -250,3 +255,46 @@ def contract_flags(script_name):
             if column in owners and cells[0] != "X2":  # X2 is a launcher (torchrun), not a flag
                 pairs += [(flag, cells[0]) for flag in re.findall(r"`--([a-z0-9-]+)", cells[2]) if flag != "envpool"]
     return pairs
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the scripts' sizes against their targets, reported after every run of the suite
+
+
+LINE_TARGETS = {"ppo_continuous_action": 520, "ppo_atari": 560, "ppo_rnn": 560}  # lines of each script
+TRAIN_TARGET = 110  # lines of each train()
+DIFF_TARGETS = {("ppo_continuous_action", "ppo_atari"): 220, ("ppo_atari", "ppo_rnn"): 140}  # lines of diff -u A B
+
+
+def changed_lines(a, b):
+    """The count `diff -u A B | tail -n +3 | grep -c '^[-+]'` gives: lines deleted plus lines inserted. difflib's
+    unified_diff always turns on SequenceMatcher's autojunk, which leaves lines frequent in a file (blank lines,
+    closing brackets) unmatched and counts a few more than diff; without it the count is diff's."""
+    import difflib
+
+    matcher = difflib.SequenceMatcher(None, a.splitlines(keepends=True), b.splitlines(keepends=True), autojunk=False)
+    return sum((i2 - i1) + (j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
+
+
+def layout_report():
+    """One line per size with its target, "over" where it is missed."""
+    import ast
+
+    lines = []
+    for name, target in LINE_TARGETS.items():
+        text = (ROOT / f"{name}.py").read_text()
+        (train,) = [node for node in ast.parse(text).body if getattr(node, "name", None) == "train"]
+        sizes = [("lines", len(text.splitlines()), target), ("train()", train.end_lineno - train.lineno + 1, TRAIN_TARGET)]
+        for what, size, most in sizes:
+            lines.append(f"{name}.py {what}: {size} (target {most}){'  over' if size > most else ''}")
+    for (a, b), target in DIFF_TARGETS.items():
+        size = changed_lines((ROOT / f"{a}.py").read_text(), (ROOT / f"{b}.py").read_text())
+        lines.append(f"diff {a}.py {b}.py: {size} lines (target {target}){'  over' if size > target else ''}")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not hasattr(terminalreporter.config, "workerinput"):  # the controller, once, not each xdist worker
+        terminalreporter.write_sep("-", "script sizes (a target missed is to read, not a failure)")
+        for line in layout_report():
+            terminalreporter.write_line(line)

@@ -4,7 +4,7 @@ semantics and the same episode statistics: whole games (all lives) of raw reward
 import numpy as np
 import pytest
 from conftest import load_script, needs
-from distributed_x2 import rank_seed
+from ppo_utils.distributed import rank_seed
 
 atari = load_script("ppo_atari")
 BACKENDS = ["sync", "async", pytest.param("envpool", marks=needs("envpool"))]

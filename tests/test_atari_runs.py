@@ -10,6 +10,7 @@ from conftest import load_script, needs, read_scalars, run_script
 atari = load_script("ppo_atari")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sync", "async", pytest.param("envpool", marks=needs("envpool"))])
 @pytest.mark.parametrize("game", ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"])
 def test_short_run(tmp_path, game, backend):
@@ -30,6 +31,7 @@ def test_uint8_rollout_storage(tmp_path, monkeypatch):
     assert rollout["obs"].element_size() * rollout["obs"].nelement() == 32 * 2 * 4 * 84 * 84  # one byte a pixel
 
 
+@pytest.mark.slow
 @needs("moviepy")
 def test_capture_video(tmp_path):
     result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "1024", "--capture-video", cwd=tmp_path)
@@ -37,6 +39,7 @@ def test_capture_video(tmp_path):
     assert glob.glob(str(tmp_path / "runs" / "*" / "videos" / "*.mp4"))  # in the run folder, beside its logs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sync", pytest.param("envpool", marks=needs("envpool"))])
 def test_episode_length_counts_the_agents_steps(tmp_path, monkeypatch, backend):
     """charts/episodic_length is the number of the agent's steps in a game: with one env, the steps between the ends

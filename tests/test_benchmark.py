@@ -1,5 +1,5 @@
 """benchmark/: the runner on a tiny matrix (layout, skipping finished runs, commands, Slurm script), the report built
-from its logs (table, PNG, aggregate IQM), the ablation preset against ../shared/DETAILS.md, and benchmark/sps.py."""
+from its logs (table, PNG, aggregate IQM), the ablation preset against docs/details.md, and benchmark/sps.py."""
 
 import itertools
 import json
@@ -17,12 +17,11 @@ import pandas as pd
 import pytest
 import tyro
 from conftest import DETAILS, ROOT, contract_flags, load_script, needs
-from flag_checks import check_flags
+from ppo_utils.flag_checks import check_flags
 from scipy.stats import trim_mean
 
-sys.path.insert(0, str(ROOT / "benchmark"))
-import report  # noqa: E402
-import run  # noqa: E402
+import report  # benchmark/report.py (pyproject.toml puts benchmark/ on pytest's path)
+import run  # benchmark/run.py
 
 TINY = ["--script", "ppo_continuous_action.py", "--env-ids", "InvertedPendulum-v5", "--seeds", "1", "2"]
 TINY += ["--total-timesteps", "2048"]
@@ -64,6 +63,7 @@ def test_runner_skips_finished_runs(tiny):
     assert len(stamps) == 2 and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
 
 
+@pytest.mark.slow
 def test_runner_records_the_commit_a_run_started_from(tmp_path, monkeypatch):
     """A commit made while a run trains is not the code it ran: done.json names the checkout at the run's start."""
     import threading
@@ -92,6 +92,7 @@ def test_runner_records_the_commit_a_run_started_from(tmp_path, monkeypatch):
     assert json.loads((one.folder(tmp_path) / "done.json").read_text())["commit"] == "abc1234"
 
 
+@pytest.mark.slow
 def test_runner_marks_a_commit_changed_only_when_its_code_differs(tmp_path):
     """Editing a report while runs start leaves their commit clean; an edited script or requirements.txt marks it."""
 
@@ -123,6 +124,7 @@ json.dump({"argv": sys.argv[1:], "threads": os.environ.get("OMP_NUM_THREADS"), "
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_runner_runs_a_peer_with_its_own_defaults_and_shares_the_cpus(tmp_path, workers):
     """A peer is one more variant: its script gets --env-id, --seed and --total-timesteps alone (no --flags, which
@@ -160,6 +162,26 @@ def test_runner_runs_a_peer_with_its_own_defaults_and_shares_the_cpus(tmp_path, 
 def test_runner_refuses_a_missing_peer_in_one_line(tmp_path):
     done = runner(*TINY, "--peer", f"theirs={tmp_path / 'nothing.py'}", "--print-commands")
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0 and "--peer theirs=" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_presets_peer_is_found_through_its_environment_variable(tmp_path):
+    """The atari preset runs CleanRL's ppo_atari.py beside ours, from the folder CLEANRL_DIR names; unset, or naming a
+    folder without it, the runner stops with one line saying what to set (or --peer NAME=PATH)."""
+    (tmp_path / "cleanrl").mkdir()
+    (tmp_path / "cleanrl" / "ppo_atari.py").write_text("")
+    preset = ["--preset", "atari", "--seeds", "1", "--env-ids", "PongNoFrameskip-v4", "--out", str(tmp_path / "x"),
+              "--results", str(tmp_path / "no-results")]  # the committed Pong seed 1 would be skipped
+    env = {key: value for key, value in os.environ.items() if key != "CLEANRL_DIR"}
+    unset = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), *preset, "--print-commands"], env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert unset.returncode == 1 and unset.stderr.count("\n") == 1, unset.stderr
+    assert unset.stderr.startswith("error: peer cleanrl of --preset atari: CLEANRL_DIR is not set; set CLEANRL_DIR")
+    found = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), *preset, "--print-commands"],
+                           env={**env, "CLEANRL_DIR": str(tmp_path / "cleanrl")}, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    lines = found.stdout.strip().splitlines()
+    assert found.returncode == 0 and len(lines) == 2 and str(tmp_path / "cleanrl" / "ppo_atari.py") in lines[1], found.stderr
 
 
 def test_runner_prints_commands_and_writes_a_slurm_array(tmp_path):
@@ -208,6 +230,7 @@ def score_row(text):
     return next(line for line in text.splitlines() if line.startswith("| InvertedPendulum-v5 | default |"))
 
 
+@pytest.mark.slow
 def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
     out = tiny[0]
     text = report_of(out, tmp_path)
@@ -238,6 +261,7 @@ def test_report_builds_table_png_and_matches_the_event_files(tiny, tmp_path):
     assert reported == pytest.approx(np.mean(scores), abs=0.06)
 
 
+@pytest.mark.slow
 def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
     """What a fresh clone has: the results folder's README, PNGs and data/, no run folders. Rebuilding from data/
     gives the same table, and the data are compact."""
@@ -277,6 +301,7 @@ def logged_run(seed_folder, returns, length=None, approx_kl=(), **done):
     (seed_folder / "done.json").write_text(json.dumps(done))
 
 
+@pytest.mark.slow
 def test_report_sets_ours_against_a_peer_with_the_differences_interval(tmp_path):
     """Hand-made scores (each run's episodes all equal its score), three seeds a side in A-C. A: ours 5, 5, 5 against 3, 3, 3:
     +2.0, interval [+2.0, +2.0], above. B: 1, 2, 3 on both sides: +0.0, level; a resampled side's sum S of three draws
@@ -306,6 +331,7 @@ def test_report_sets_ours_against_a_peer_with_the_differences_interval(tmp_path)
     assert "| theirs |" in first  # its runs are listed with the others
 
 
+@pytest.mark.slow
 def test_report_sets_training_statistics_of_ours_and_a_peer_side_by_side_at_equal_steps(tmp_path):
     """Hand-made logs on steps 0-35 (four spans of 8.75 steps): approx_kl once per span, at steps 5, 15, 25, 35, and
     ours' seed 1 once more at step 6. Each cell is the mean over seeds of each seed's mean in the span: ours' first
@@ -331,6 +357,7 @@ def test_report_sets_training_statistics_of_ours_and_a_peer_side_by_side_at_equa
         assert rows["episodic_length"] == ["100 / 200"] * 3 + ["100 / 200 |"]
 
 
+@pytest.mark.slow
 def test_report_from_runs_equals_the_rebuild_from_its_data_to_the_last_digit(tmp_path):
     """The data keep returns rounded to 0.1; a report must not show figures that its data cannot give back. Returns
     10.04 x 4 and 10.24 average 10.08 (shown 10.1), rounded first 10.04 (shown 10.0): both reports must say 10.0."""
@@ -342,6 +369,7 @@ def test_report_from_runs_equals_the_rebuild_from_its_data_to_the_last_digit(tmp
     assert score_row(report_of(clone, clone)) == score_row(first)
 
 
+@pytest.mark.slow
 def test_report_adds_a_later_sittings_runs_to_the_data(tiny, tmp_path):
     """Seed 1 reported in one sitting, seed 2 in another: the data and the table hold both; reporting seed 2 again
     replaces it rather than adding a third run."""
@@ -362,6 +390,7 @@ def test_report_adds_a_later_sittings_runs_to_the_data(tiny, tmp_path):
     assert len(episodes) == len(both)  # every episode of both seeds, once
 
 
+@pytest.mark.slow
 def test_report_leaves_out_runs_that_have_not_finished(tiny, tmp_path):
     """A run still going (or stopped) has logged episodes but no done.json: its last episodes are not its score, so
     the table and the data hold only the finished seed, and the report says which run it left out."""
@@ -378,6 +407,7 @@ def test_report_leaves_out_runs_that_have_not_finished(tiny, tmp_path):
     assert list(pd.read_csv(tmp_path / "out" / "data" / "runs.csv")["seed"]) == [1]
 
 
+@pytest.mark.slow
 def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
     results = tmp_path / "results"
     folder = tmp_path / "one" / "InvertedPendulum-v5" / "default" / "seed1"
@@ -549,6 +579,7 @@ def test_aggregate_iqm_is_the_trimmed_mean_of_normalized_scores():
     assert low <= point <= high
 
 
+@pytest.mark.slow
 def test_a_report_without_rliable_says_so_and_builds_the_rest(tiny, tmp_path, monkeypatch):
     """Where rliable is missing (a GPU machine with its own torch), a report over two tasks still builds: its aggregate
     section says why it is empty, the score table is there."""
@@ -563,7 +594,6 @@ def test_a_report_without_rliable_says_so_and_builds_the_rest(tiny, tmp_path, mo
     assert "| Pendulum-v1 |" in text and "| InvertedPendulum-v5 |" in text
 
 
-@pytest.mark.skipif(not DETAILS.exists(), reason="needs ../shared/DETAILS.md")
 @pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn"])
 def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
     module = load_script(name)
@@ -582,6 +612,7 @@ def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
     assert covered == expected
 
 
+@pytest.mark.slow
 def test_sps_measures_env_only_and_training(tmp_path):
     import sps  # from benchmark/, on the path above
 
@@ -597,6 +628,7 @@ def test_sps_measures_env_only_and_training(tmp_path):
     assert ratio == pytest.approx(train_sps / env_sps, abs=0.01)
 
 
+@pytest.mark.slow
 def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
     out = tmp_path / "x"
     args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
@@ -620,6 +652,7 @@ def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
     assert (folder / "done.json").exists() and len(list(folder.glob("runs/*"))) == 1
 
 
+@pytest.mark.slow
 def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
     """A SIGTERM that reaches a training process but not the runner (a cluster's preemption, a kill): the run saves a
     checkpoint and exits 0 like a finished one, yet it is not done: no done.json, and the runner says so. The same
@@ -646,6 +679,7 @@ def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
     assert "step 32768/32768" in (folder / "output.log").read_text() and (folder / "done.json").exists()
 
 
+@pytest.mark.slow
 def test_runner_stopped_by_sigterm_stops_its_runs_with_a_checkpoint(tmp_path):
     """A SIGTERM to the runner alone (kill, a scheduler) stops it as Ctrl-C does: its run saves a checkpoint and exits,
     no process is left behind, nothing is marked done."""
@@ -669,6 +703,7 @@ def test_runner_stopped_by_sigterm_stops_its_runs_with_a_checkpoint(tmp_path):
     assert not Path(f"/proc/{training}").exists() and not (folder / "done.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args,named",
     [
@@ -702,6 +737,7 @@ writer.close()
 """
 
 
+@pytest.mark.slow
 def test_versus_alternates_the_two_scripts_and_reports_the_ratios(tmp_path):
     """versus.py on two stand-ins: a fast 'ours' (0.2 s, SPS 300) and a slow 'peer' (1.5 s, SPS 100), run from their
     own folder; it alternates them, gives each the same env, steps and seed (and ours its extra flags), and reports
@@ -723,6 +759,7 @@ def test_versus_alternates_the_two_scripts_and_reports_the_ratios(tmp_path):
     assert "CPUs" in text and text.count("\n| 1 |") == 1 and text.count("\n| 2 |") == 1
 
 
+@pytest.mark.slow
 def test_versus_stops_with_the_scripts_error(tmp_path):
     (tmp_path / "fails.py").write_text("import sys\nsys.exit('error: --env-id Fake-v0 is not registered')\n")
     result = subprocess.run(
@@ -747,6 +784,7 @@ def test_update_compute_counts_the_updates_floating_point_work():
     assert seconds > 0 and matmul_gflops > 1
 
 
+@pytest.mark.slow
 def test_versus_names_the_timeout_of_a_run_too_slow(tmp_path):
     (tmp_path / "slow.py").write_text("import time\ntime.sleep(30)\n")
     result = subprocess.run(

@@ -1,4 +1,4 @@
-"""The command line: every flag of ../shared/DETAILS.md that a script should have exists with its id in the help and
+"""The command line: every flag of docs/details.md that a script should have exists with its id in the help and
 parses to a non-default value; bad input ends with a one-line error naming the flag, never a traceback."""
 
 import dataclasses
@@ -7,7 +7,7 @@ import re
 import typing
 
 import pytest
-import checkpoints
+from ppo_utils import checkpoints
 import tyro
 from conftest import COLUMNS, DETAILS, ROOT, contract_flags, load_script, run_script, write_checkpoint
 
@@ -29,8 +29,7 @@ def non_default_cli(field, hint):
     return [flag, str(value)], value
 
 
-# the contract lives beside the repository (../shared/DETAILS.md) in the project's checkout; without it this test is skipped
-SCRIPTS_HERE = [name for name in COLUMNS if (ROOT / f"{name}.py").exists()] if DETAILS.exists() else []
+SCRIPTS_HERE = [name for name in COLUMNS if (ROOT / f"{name}.py").exists()]
 SCRIPT_FLAGS = [(name, flag, detail) for name in SCRIPTS_HERE for flag, detail in contract_flags(name)]
 
 
@@ -107,6 +106,7 @@ BAD_INPUTS = [
 BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,flags,named", BAD_INPUTS, ids=[f"{n}:{' '.join(f)}" for n, f, _ in BAD_INPUTS])
 def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
     (tmp_path / "corrupt.pt").write_bytes(b"this is not a checkpoint")
@@ -120,6 +120,7 @@ def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
     assert not (tmp_path / "runs").exists()  # nothing started
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("render", [True, False])
 def test_a_gl_backend_without_its_library_is_one_line(tmp_path, render):
     """MuJoCo loads the MUJOCO_GL backend when it is imported; one whose library is missing (osmesa here: no libOSMesa

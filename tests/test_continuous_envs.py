@@ -79,7 +79,7 @@ def test_observation_normalization_matches_stable_baselines3(cont):
 
 def test_reward_scaling_matches_stable_baselines3(cont, monkeypatch):
     """M3, M4 equal VecNormalize's across time-limit ends. (At a termination gymnasium's NormalizeReward restarts the
-    discounted return before counting the step, the reference after: the statistics differ there; see the README.)"""
+    discounted return before counting the step, the reference after: the statistics differ there; see docs/flags.md.)"""
     monkeypatch.setattr(gym.envs.registration.registry["HalfCheetah-v5"], "max_episode_steps", 40)  # it never terminates
     assert compare_with_vecnormalize(cont, "HalfCheetah-v5", 200)[0] >= 8
 
@@ -190,6 +190,7 @@ def test_env_gets_clipped_actions_storage_keeps_samples(cont, tmp_path, monkeypa
     np.testing.assert_allclose(received, expected, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_async_envs_give_the_same_rollout_as_sync(cont, tmp_path, monkeypatch):
     """G10: AsyncVectorEnv (subprocesses) and SyncVectorEnv collect identical rollouts from the same seed."""
     monkeypatch.chdir(tmp_path)

@@ -15,6 +15,7 @@ def only_run_dir(cwd):
     return Path(run_dir)
 
 
+@pytest.mark.slow
 def test_learns_inverted_pendulum(tmp_path):
     """A working PPO balances the pendulum (1000 is the maximum) within 80k steps: ten episodes in a row average 900 or
     more in the run's second half. A random policy scores about 5-10 and a broken update (wrong sign, no clipping of a
@@ -76,6 +77,7 @@ def test_adaptive_kl_beta_carries_across_updates(cont, tmp_path, monkeypatch):
 SHORT_RUN = ["--env-id", "InvertedPendulum-v5", "--num-steps", "512", "--total-timesteps", "1024"]
 
 
+@pytest.mark.slow
 @needs("wandb", "moviepy")
 def test_track_offline_with_video(tmp_path):
     result = run_script(

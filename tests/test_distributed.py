@@ -13,13 +13,13 @@ import time
 
 import numpy as np
 import pytest
-import distributed_x2
+from ppo_utils import distributed
 import torch
 import torch.multiprocessing as mp
 from conftest import ROOT, SCRIPTS, fixed_batch, load_script, make_agent, read_scalars, reference_minibatch_loss
-from distributed_x2 import average_env_statistics, distributed_setup, rank_seed
-from env_adapters import env_statistics
-from flag_checks import ArgError
+from ppo_utils.distributed import average_env_statistics, distributed_setup, rank_seed
+from ppo_utils.env_adapters import env_statistics
+from ppo_utils.flag_checks import ArgError
 
 WORLD_SIZE = 2
 
@@ -67,6 +67,7 @@ def initial_parameters(name, flags, rank=0):
         envs.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_initial_parameters_are_the_ones_train_starts_from(tmp_path, monkeypatch, name):
     """The reconstruction the next test compares with is right: a one-batch run that cannot move its parameters
@@ -84,6 +85,7 @@ def test_initial_parameters_are_the_ones_train_starts_from(tmp_path, monkeypatch
     assert any(not torch.equal(other_seed[key], initial[key]) for key in initial)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_ranks_hold_bit_identical_parameters(tmp_path, name):
     flags = {**SHORT[name], "update_epochs": 2, "target_kl": 0.05, "cuda": False}
@@ -110,6 +112,7 @@ def update_worker(rank, port, tmp_path):
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_one_distributed_update_equals_gradients_averaged_by_hand(tmp_path):
     mp.spawn(update_worker, args=(free_port(), tmp_path), nprocs=WORLD_SIZE)
     cont = load_script("ppo_continuous_action")
@@ -133,6 +136,7 @@ def test_one_distributed_update_equals_gradients_averaged_by_hand(tmp_path):
             torch.testing.assert_close(distributed[key], value, rtol=1e-4, atol=1e-6)  # Adam moves each weight by ~1e-3
 
 
+@pytest.mark.slow
 def test_torchrun_counts_every_ranks_steps_and_episodes(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            str(ROOT / "ppo_continuous_action.py"), "--env-id", "Pendulum-v1", "--num-steps", "256",
@@ -163,6 +167,7 @@ def torchrun(*flags, nproc=2, launcher=()):
             str(free_port()), *launcher, str(ROOT / "ppo_continuous_action.py"), *flags]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     """Ctrl-C reaches torchrun and both workers (and torchrun forwards it again): the workers save the last finished
     update once and print the torchrun command that continues it. A single process refuses that checkpoint, naming
@@ -181,7 +186,7 @@ def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     checkpoint = torch.load(tmp_path / path, weights_only=True)
     assert 1 <= checkpoint["iteration"] < 100 and checkpoint["world_size"] == 2, err[-2000:]
     assert out.count("stopped by a signal") == 1, out + err[-2000:]
-    assert f"continue with: torchrun --nproc-per-node 2 ppo_continuous_action.py --resume {path}" in out
+    assert f"continue with: torchrun --nproc-per-node 2 {ROOT / 'ppo_continuous_action.py'} --resume {path}" in out
 
     single = subprocess.run([sys.executable, str(ROOT / "ppo_continuous_action.py"), "--resume", path], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -197,6 +202,7 @@ def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 100) for k in range(100)], rtol=1e-5)  # G6 goes on where it was
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_long_rollout_under_torchrun_saves_before_torchrun_kills(tmp_path):
     """torchrun kills its workers a grace period after forwarding a signal (30 s unless --shutdown-timeout says
     otherwise; 5 s here): the ranks agree on a stop every few steps, not only at the end of a rollout that outlasts
@@ -217,6 +223,7 @@ def test_ctrl_c_in_a_long_rollout_under_torchrun_saves_before_torchrun_kills(tmp
     assert torch.load(path, weights_only=True)["iteration"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags,line",
     [
@@ -247,8 +254,8 @@ def pretend_gpus(monkeypatch, gpus, local_world_size, local_rank=None):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", str(device))))
-    monkeypatch.setattr(distributed_x2.dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(distributed_x2.dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend)))
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend)))
     return calls
 
 
@@ -282,21 +289,21 @@ PRETEND_ONE_GPU = """
 import runpy, sys, torch
 torch.cuda.is_available = lambda: True  # a one-GPU machine, for what distributed_setup asks before anything starts
 torch.cuda.device_count = lambda: 1
-sys.path.insert(0, {root!r})
 sys.argv[0] = {script!r}
 runpy.run_path({script!r}, run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_more_processes_than_gpus_under_torchrun_exit_at_once_with_one_line(tmp_path):
     """The launch itself (on a machine that pretends to have one GPU): each worker refuses by itself, before the
     rendezvous (none waits there until torchrun kills it), and the error is printed once, by rank 0."""
     script = ROOT / "ppo_continuous_action.py"
-    (tmp_path / "one_gpu.py").write_text(PRETEND_ONE_GPU.format(root=str(ROOT), script=str(script)))
+    (tmp_path / "one_gpu.py").write_text(PRETEND_ONE_GPU.format(script=str(script)))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "--monitor-interval", "5", str(tmp_path / "one_gpu.py"), "--env-id", "Pendulum-v1"]  # fmt: skip
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            timeout=120)  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # runpy does not put the script's folder first
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "--nproc-per-node 1" in errors[0] and "--no-cuda" in errors[0], result.stderr[-3000:]
@@ -360,6 +367,7 @@ def rank_data(rank):
     ]
 
 
+@pytest.mark.slow
 def test_ranks_agree_on_the_statistics_of_all_ranks(tmp_path):
     """X2: after each update every rank holds the mean and variance of every rank's values together, computed here
     with numpy from all the values (RunningMeanStd's start, count 1e-4 at mean 0 and var 1, weighs nothing here)."""

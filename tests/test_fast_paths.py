@@ -4,14 +4,15 @@ import copy
 
 import numpy as np
 import pytest
-import run_plumbing
+from ppo_utils import compiled as compile_support
 import torch
 from conftest import ROOT, fixed_batch, load_script, make_agent
 
 
 def run_update(script, agent, batch, args, compiled=False, fused=True):
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)
-    backward = run_plumbing.compiled_backward(script.ppo_loss, agent, torch.device("cpu")) if compiled else script.ppo_backward
+    cpu = torch.device("cpu")
+    backward = compile_support.compiled_backward(script.ppo_loss, agent, cpu) if compiled else script.ppo_backward
     np.random.seed(3)  # the same minibatch order for both paths
     stats = script.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
     return stats, [p.detach().clone() for p in agent.parameters()]
@@ -78,7 +79,7 @@ def case(request):
 
 def test_compiled_backward_gives_the_plain_gradients(case):
     script, args, agent, batch = case
-    compiled = run_plumbing.compiled_backward(script.ppo_loss, agent, torch.device("cpu"))
+    compiled = compile_support.compiled_backward(script.ppo_loss, agent, torch.device("cpu"))
     assert compiled is not script.ppo_backward  # this machine has a C++ compiler, so the compiled path is really taken
 
     # one minibatch: the gradients of both paths against a float64 computation of the same network
@@ -125,7 +126,7 @@ def test_a_new_clip_coef_or_kl_beta_does_not_rebuild_the_graph(cont):
     agent = make_agent(cont)
     args = cont.Args(num_envs=1, num_steps=64, num_minibatches=1, surrogate="kl-adaptive")
     batch = fixed_batch(cont, agent, n=64)
-    backward = run_plumbing.compiled_backward(cont.ppo_loss, agent, torch.device("cpu"))
+    backward = compile_support.compiled_backward(cont.ppo_loss, agent, torch.device("cpu"))
     torch._dynamo.reset()  # dynamo's cache and counters start empty, whatever this process compiled before
     torch._dynamo.utils.counters.clear()
     for clip_coef, kl_beta in ((0.2, 1.0), (0.19, 2.0), (0.18, 0.5)):
@@ -157,7 +158,7 @@ def test_fused_adam_gives_the_for_loop_adam_update(case):
 
 def test_compile_without_a_compiler_runs_eagerly_with_a_warning(monkeypatch, capsys):
     script = load_script("ppo_continuous_action")
-    monkeypatch.setattr(run_plumbing.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compile_support.shutil, "which", lambda name: None)
     agent = make_agent(script)
     batch = fixed_batch(script, agent, n=64)
     args = script.Args(num_envs=1, num_steps=64, num_minibatches=2, update_epochs=1)

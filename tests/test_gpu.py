@@ -7,8 +7,8 @@ import glob
 import shutil
 
 import pytest
-import checkpoints
-import run_plumbing
+from ppo_utils import checkpoints
+from ppo_utils import compiled as compile_support
 import torch
 from conftest import SCRIPTS, fixed_batch, load_script, make_agent, run_script
 from test_fast_paths import assert_matches_float64, float64_twin
@@ -19,6 +19,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a G
 CUDA = torch.device("cuda")
 
 
+@pytest.mark.slow
 def test_a_run_stopped_on_cuda_resumes_as_the_uninterrupted_one_goes_on(tmp_path, monkeypatch):
     """test_long_runs' stop in the middle of rollout 3, on CUDA: the stopped run saves update 2 exactly as the
     uninterrupted run had it, the states of CUDA's generators (which sample the actions) included; resuming it then
@@ -58,6 +59,7 @@ def test_a_run_stopped_on_cuda_resumes_as_the_uninterrupted_one_goes_on(tmp_path
     assert_same(finals[0], finals[1], "model after update 4")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_a_checkpoint_trained_on_cuda_evaluates_where_no_gpu_is_visible(tmp_path, name):
     flags, episodes = SAVE_THEN_EVALUATE[name]  # test_long_runs' short runs
@@ -83,7 +85,7 @@ def test_compiled_backward_on_cuda_gives_the_plain_gradients(name, monkeypatch):
     args = script.Args(num_envs=1, num_steps=64, num_minibatches=1)
     mb = fixed_batch(script, agent)  # on the agent's device
     assert all(value.is_cuda for value in mb.values())
-    compiled = run_plumbing.compiled_backward(script.ppo_loss, agent, CUDA)
+    compiled = compile_support.compiled_backward(script.ppo_loss, agent, CUDA)
     assert compiled is not script.ppo_backward
     twin = float64_twin(agent)  # on CUDA too
     _, plain_grads = assert_matches_float64(script, agent, twin, mb, args, script.ppo_backward)
@@ -104,7 +106,7 @@ def test_compiled_gradients_on_cuda_are_laid_out_as_their_parameters_for_fused_a
     args = cont.Args(num_envs=1, num_steps=64, num_minibatches=1)
     mb = fixed_batch(cont, agent, obs_shape=(3,))
     before = [p.detach().clone() for p in agent.parameters()]
-    run_plumbing.compiled_backward(cont.ppo_loss, agent, CUDA)(agent, mb, args, args.clip_coef, args.kl_beta)
+    compile_support.compiled_backward(cont.ppo_loss, agent, CUDA)(agent, mb, args, args.clip_coef, args.kl_beta)
     for name, p in agent.named_parameters():
         assert p.grad.stride() == p.stride(), name
     torch.optim.Adam(agent.parameters(), lr=1e-3, fused=True).step()

@@ -11,8 +11,8 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-import checkpoints
-import run_plumbing
+from ppo_utils import checkpoints
+from ppo_utils import run as ppo_run
 import torch
 from conftest import ROOT, SCRIPTS, load_script, read_scalars, run_script
 
@@ -46,6 +46,7 @@ def check_logs_are_one_continuous_run(run_dir):
     np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 80) for k in range(80)], rtol=1e-5)  # G6 goes on where it was
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_signal", [signal.SIGTERM, signal.SIGKILL])
 def test_interrupt_then_resume_continues_the_same_run(tmp_path, kill_signal):
     """SIGTERM: the run finishes its step, saves the last finished update and exits 0 saying how to resume. SIGKILL
@@ -72,6 +73,7 @@ def test_interrupt_then_resume_continues_the_same_run(tmp_path, kill_signal):
     assert final["iteration"] == 80 and final["global_step"] == 20480
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
     """Resuming restores the model, optimizer, statistics and counters before training on, and writes on in the
@@ -96,19 +98,24 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
     torch.save(checkpoint, tmp_path / "longer" / "agent.pt")
     restored = {}
 
-    def restore_and_look(self, resumed, agent, optimizer, envs):
-        counters = restore(self, resumed, agent, optimizer, envs)
-        restored.update(model={k: v.clone() for k, v in agent.state_dict().items()}, optimizer=optimizer.state_dict())
-        return counters
+    def restore_and_look(resumed, agent, optimizer, envs, rank, args):
+        done = restore(resumed, agent, optimizer, envs, rank, args)
+        restored.update(model={k: v.clone() for k, v in agent.state_dict().items()}, adam_steps=adam_steps(optimizer.state_dict()))
+        return done
 
-    restore = checkpoints.Checkpoints.restore
-    monkeypatch.setattr(checkpoints.Checkpoints, "restore", restore_and_look)
+    restore = module.restore
+    monkeypatch.setattr(module, "restore", restore_and_look)
     resumed = module.train(module.Args(resume=str(tmp_path / "longer" / "agent.pt")))
     assert resumed["run_name"] == "longer" and len(glob.glob(str(tmp_path / "runs" / "*"))) == 1  # wrote on in longer/
     for key, value in restored["model"].items():
         torch.testing.assert_close(value, checkpoint["model"][key], msg=key)
-    assert restored["optimizer"]["state"][0]["step"] == checkpoint["optimizer"]["state"][0]["step"]
+    assert restored["adam_steps"] == adam_steps(checkpoint["optimizer"]) and restored["adam_steps"][0] > 0
     assert torch.load(tmp_path / "longer" / "agent.pt", weights_only=True)["iteration"] == 3  # its last update, saved
+
+
+def adam_steps(optimizer_state):
+    """The step count of each parameter's Adam state, read now (training goes on updating the tensors in place)."""
+    return [float(state["step"]) for state in optimizer_state["state"].values()]
 
 
 # a short run that saves its model, then --eval-checkpoint: (training flags, episodes to evaluate); Atari games are long
@@ -122,6 +129,7 @@ SAVE_THEN_EVALUATE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_save_model_then_evaluate(tmp_path, name):
     flags, episodes = SAVE_THEN_EVALUATE[name]
@@ -146,6 +154,7 @@ def scalars(run_dir):
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"] if tag != "charts/SPS"}
 
 
+@pytest.mark.slow
 def test_same_seed_same_logs(tmp_path, monkeypatch):
     logs = []
     for attempt in ("a", "b"):
@@ -175,11 +184,12 @@ class NaNRewardAfter(gym.Wrapper):
 gym.register("NaNRewardPendulum-v1", entry_point=lambda **kw: NaNRewardAfter(gym.make("Pendulum-v1", **kw)))
 
 
+@pytest.mark.slow
 def test_nan_guard_stops_before_writing_a_bad_checkpoint(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = cont.Args(env_id="NaNRewardPendulum-v1", num_steps=128, total_timesteps=2048, num_minibatches=2,
                      update_epochs=1, checkpoint_interval=1)  # fmt: skip
-    with pytest.raises(run_plumbing.NonFiniteError) as error:
+    with pytest.raises(ppo_run.NonFiniteError) as error:
         cont.train(args)
     (path,) = glob.glob("runs/*/agent.pt")
     # steps 1-640 fill updates 1-5; update 6 sees the first NaN reward (step 701)
@@ -189,6 +199,7 @@ def test_nan_guard_stops_before_writing_a_bad_checkpoint(tmp_path, monkeypatch):
     assert all(torch.isfinite(v).all() for v in checkpoint["model"].values())
 
 
+@pytest.mark.slow
 def test_foreign_checkpoint_is_refused(tmp_path):
     foreign = tmp_path / "foreign.pt"
     torch.save({"model": {}}, foreign)
@@ -229,6 +240,7 @@ class StopsMidRollout(gym.Wrapper):
 gym.register("StopsMidRolloutPendulum-v1", entry_point=lambda **kw: StopsMidRollout(gym.make("Pendulum-v1", **kw)))
 
 
+@pytest.mark.slow
 def test_stop_saves_the_last_finished_update_as_it_was(tmp_path, monkeypatch):
     """A stop in the middle of rollout 3 saves update 2 exactly as the uninterrupted run had it when update 2 finished:
     parameters, optimizer, counters, and also the normalization statistics and RNG states, which the dropped rollout
@@ -286,6 +298,7 @@ def test_checkpoints_reach_the_disk_before_and_after_the_rename(tmp_path, monkey
     assert not os.path.exists(path + ".tmp")
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_version_is_refused_naming_the_flag(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cont.train(cont.Args(env_id="Pendulum-v1", num_steps=64, total_timesteps=64, num_minibatches=2, save_model=True))
@@ -317,6 +330,7 @@ def read_until(proc, text, timeout=60):
     raise AssertionError(f"no {text!r} within {timeout} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal,returncode", [(signal.SIGINT, 130), (signal.SIGTERM, -signal.SIGTERM)])
 def test_evaluation_stops_at_once_on_a_signal(tmp_path, monkeypatch, stop_signal, returncode):
     monkeypatch.chdir(tmp_path)
@@ -335,8 +349,8 @@ def test_evaluation_stops_at_once_on_a_signal(tmp_path, monkeypatch, stop_signal
 
 SECOND_CTRL_C = """
 import os, signal, sys, time
-import run_plumbing
-stops = run_plumbing.stop_on_signals()
+from ppo_utils.run import stop_on_signals
+stops = stop_on_signals()
 os.kill(os.getpid(), signal.SIGINT)
 os.kill(os.getpid(), signal.SIGINT)  # a copy torchrun forwards at once: the same request
 time.sleep(0.2)
@@ -348,6 +362,7 @@ print("still running")
 """
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once():
     """While training, the first Ctrl-C asks for a checkpoint and a stop; a second one (not torchrun's forwarded copy
     of the first) exits at once without saving."""

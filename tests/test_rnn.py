@@ -13,6 +13,7 @@ from conftest import load_script, make_agent, read_scalars, rollout_batch, run_s
 rnn = load_script("ppo_rnn")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("rnn_kind", ["lstm", "gru"])
 def test_training_pass_recomputes_the_rollout_exactly(tmp_path, monkeypatch, rnn_kind, shared):
@@ -37,6 +38,7 @@ def test_training_pass_recomputes_the_rollout_exactly(tmp_path, monkeypatch, rnn
         torch.testing.assert_close(value.flatten(), batch["values"][mb_inds], rtol=0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_ignoring_dones_would_not_match(tmp_path, monkeypatch):
     """The check above can fail: without the resets the recomputed values drift from the rollout's."""
     agent, batch, _ = rollout_batch(tmp_path, monkeypatch)
@@ -102,6 +104,7 @@ def test_encoders_follow_the_observation_space():
     assert logprob.shape == (6,) and value.shape == (6, 1) and state.shape == (2, 3, 128)  # 2 steps of 3 envs
 
 
+@pytest.mark.slow
 def test_learns_cartpole_without_velocities(tmp_path):
     """Memory is needed here: a memoryless PPO (stable-baselines3's, MLP policy, same budget and hyperparameters)
     averaged 46 and never exceeded 90 in one episode; the recurrent agent must reach a 20-episode mean of 300 (of 500)."""
@@ -139,6 +142,7 @@ def test_learns_cartpole_without_velocities(tmp_path):
     assert windows.max() >= 300, windows.max()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rnn_kind", ["lstm", "gru"])
 def test_short_atari_run(tmp_path, rnn_kind):
     result = run_script("ppo_rnn", "--rnn", rnn_kind, "--num-envs", "4", "--total-timesteps", "512", cwd=tmp_path)

@@ -3,15 +3,15 @@
 
 from types import SimpleNamespace
 
-import checkpoints
+from ppo_utils import checkpoints
 import gymnasium as gym
 import numpy as np
 import pytest
-import run_plumbing
+from ppo_utils import run as ppo_run
 import torch
 from conftest import load_script, read_scalars, write_checkpoint
-from flag_checks import ArgError
-from run_plumbing import RunLog
+from ppo_utils.flag_checks import ArgError
+from ppo_utils.run import RunLog
 
 
 def test_resume_flags_takes_the_checkpoints_flags_and_refuses_others(tmp_path):
@@ -37,13 +37,13 @@ def test_runlog_writes_the_episodes_at_their_own_steps_and_the_scalars_at_the_up
     args = load_script("ppo_continuous_action").Args(total_timesteps=4)
     log = RunLog(args, "runs/run", None, rank=0, world_size=1)
     clock = iter([100.0] + [102.0] * 5)  # the start, then 2 s later the log (its SPS and progress line)
-    monkeypatch.setattr(run_plumbing, "time", SimpleNamespace(time=lambda: next(clock)))
+    monkeypatch.setattr(ppo_run, "time", SimpleNamespace(time=lambda: next(clock)))
     log.start(num_envs=2, global_step=0, last_step=4)
     nothing = {}
     ended = {"final_info": {"episode": {"r": np.array([0.0, 5.0])}, "_episode": np.array([False, True])}}
     log.record_episodes(nothing, 2)
     log.record_episodes(ended, 4)
-    log.log(4, {"losses/value_loss": 0.25})
+    log.write(4, {"losses/value_loss": 0.25})
     log.close()
     assert read_scalars(tmp_path / "runs" / "run", "charts/episodic_return") == [(4, 5.0)]
     assert read_scalars(tmp_path / "runs" / "run", "charts/episodic_length") == [(4, 2.0)]
@@ -54,7 +54,7 @@ def test_runlog_writes_the_episodes_at_their_own_steps_and_the_scalars_at_the_up
 
 def test_checkpoints_save_the_kept_state_not_what_came_after(tmp_path, monkeypatch):
     """keep() at the end of an update, then a rollout that a stop drops moves the RNG and anneals the learning rate:
-    the checkpoint holds the kept RNG state and learning rate, and restore() brings them back."""
+    the checkpoint holds the kept RNG state and learning rate, and restore() brings them back with update 3's counters."""
     monkeypatch.chdir(tmp_path)
     cont = load_script("ppo_continuous_action")
     args = cont.Args(env_id="Pendulum-v1", learning_rate=1e-3)
@@ -67,10 +67,10 @@ def test_checkpoints_save_the_kept_state_not_what_came_after(tmp_path, monkeypat
     parts.keep(optimizer, envs)
     expected = torch.rand(3)  # the numbers the resumed run must draw next
     optimizer.param_groups[0]["lr"] = 5e-4  # G6's next step, for the rollout the stop drops
-    parts.save(agent, optimizer, iteration=3, global_step=300, kl_beta=1.0, wandb_id=None)
+    parts.save(agent, optimizer, checkpoints.Update(iteration=3, global_step=300, kl_beta=1.0), wandb_id=None)
     saved = torch.load(parts.path, weights_only=True)
     assert (saved["iteration"], saved["global_step"], saved["optimizer"]["param_groups"][0]["lr"]) == (3, 300, 1e-3)
     torch.manual_seed(123)
-    assert parts.restore(saved, agent, optimizer, envs) == (4, 300, 1.0)
+    assert checkpoints.restore(saved, agent, optimizer, envs, rank=0, args=args) == (3, 300, 1.0)
     assert torch.equal(torch.rand(3), expected)
     envs.close()

@@ -95,6 +95,7 @@ TINY_RUNS = {  # two updates of each script, eager (no compile; ppo_rnn.py has n
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target_kl,logged_epochs", [(None, None), (1e9, [3, 3]), (0.0, [1, 1])])
 def test_each_update_logs_the_epochs_it_ran_under_x3(script, tmp_path, monkeypatch, target_kl, logged_epochs):
     """With --target-kl, charts/update_epochs says how many of the update's epochs ran (all 3 under a target no KL

@@ -11,13 +11,14 @@ import sys
 import time
 from dataclasses import asdict, fields, replace
 from glob import glob
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from distributed_x2 import rank_seed, seed_everything
-from env_adapters import env_statistics, finished_episodes, set_env_statistics
-from flag_checks import ArgError, check_args, check_flags, is_folder_name, run_name_part
+from .distributed import launched_processes, rank_seed, seed_everything
+from .env_adapters import env_statistics, finished_episodes, set_env_statistics
+from .flag_checks import ArgError, check_args, check_flags, is_folder_name, run_name_part
 
 
 class CheckpointError(OSError):
@@ -72,7 +73,7 @@ def new_run_folder(name):
             return folder
         except FileExistsError:
             if not os.path.isdir("runs"):
-                raise ArgError(f"runs is a file in {os.getcwd()}; the runs go in a folder runs/ there: move the file") from None
+                raise ArgError(f"runs is a file in {os.getcwd()}; runs go in a folder runs/ there: move the file") from None
         except OSError as e:
             raise ArgError(
                 f"cannot create the run folder {folder} in {os.getcwd()} ({e.strerror}); start the run from a folder you "
@@ -142,11 +143,15 @@ def load_checkpoint(path, flag, args):
     return checkpoint
 
 
+def script_as_started(script):
+    """The script's path as this process was started with it (../ppo_atari.py, say), for commands a user pastes."""
+    return sys.argv[0] if os.path.basename(sys.argv[0]) == script else script
+
+
 def resume_command(script, path, world_size, local_world_size):
     """The shell command that continues a run of `world_size` processes, `local_world_size` of them on each machine
     (X2): the script as this process was started (its path as typed), each word quoted for the shell."""
-    script = sys.argv[0] if os.path.basename(sys.argv[0]) == script else script
-    words = shlex.join([script, "--resume", path])
+    words = shlex.join([script_as_started(script), "--resume", path])
     if world_size == 1:
         return f"python {words}"
     nodes = world_size // local_world_size
@@ -158,12 +163,13 @@ def resume_command(script, path, world_size, local_world_size):
     )
 
 
-def resume_flags(args, world_size):
+def resume_flags(args, world_size=None):
     """--resume: (the checkpoint's flags, the checkpoint), or (args, None) without --resume. The run continues with
     the flags it was started with: another flag given with --resume, or another number of processes (X2: the
     schedules and the step budget count updates of all processes), is refused with an ArgError."""
     if not args.resume:
         return args, None
+    world_size = world_size or launched_processes()
     resumed = load_checkpoint(args.resume, "--resume", args)
     default = type(args)()
     changed = [
@@ -190,6 +196,28 @@ def resume_flags(args, world_size):
     return args, resumed
 
 
+class Update(NamedTuple):
+    """An update's counters: the iteration (1 for the first update), the step the run has reached at its end, and the
+    KL coefficient (G1's adaptive beta) it leaves."""
+
+    iteration: int
+    global_step: int
+    kl_beta: float
+
+
+def restore(resumed, agent, optimizer, envs, rank, args):
+    """--resume: loads the checkpoint's parameters, optimizer, env statistics and RNG states into what train() made and
+    seeded (X2: rank 0's RNG states; the other ranks draw numbers of their own from a seed moved on by the step).
+    Returns the Update the checkpoint ended."""
+    agent.load_state_dict(resumed["model"])
+    optimizer.load_state_dict(resumed["optimizer"])
+    set_env_statistics(envs, resumed["env_stats"])
+    set_rng_state(resumed["rng"])
+    if rank > 0:
+        seed_everything(rank_seed(args.seed + resumed["global_step"], rank), args.torch_deterministic)
+    return Update(resumed["iteration"], resumed["global_step"], resumed["kl_beta"])
+
+
 class Checkpoints:
     """What a checkpoint holds and when rank 0 writes it (every --checkpoint-interval updates; at the end with
     --save-model; after a stop signal), and the restoring of a resumed run. `keep` notes the state at the end of each
@@ -201,17 +229,6 @@ class Checkpoints:
         self.path = os.path.join(folder, "agent.pt")
         self.interval = args.checkpoint_interval if args.checkpoint_interval is not None else 100 * args.save_model
 
-    def restore(self, resumed, agent, optimizer, envs):
-        """Loads a resumed run's parameters, optimizer, env statistics and RNG states (rank 0's; the other ranks draw
-        numbers of their own); returns its first iteration, global step and KL coefficient."""
-        agent.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        set_env_statistics(envs, resumed["env_stats"])
-        set_rng_state(resumed["rng"])
-        if self.rank > 0:
-            seed_everything(rank_seed(self.args.seed + resumed["global_step"], self.rank), self.args.torch_deterministic)
-        return resumed["iteration"] + 1, resumed["global_step"], resumed["kl_beta"]
-
     def due(self, iteration):
         return self.rank == 0 and self.interval and iteration % self.interval == 0
 
@@ -220,8 +237,8 @@ class Checkpoints:
             learning_rates = [group["lr"] for group in optimizer.param_groups]
             self.kept = {"rng": rng_state(), "env_stats": env_statistics(envs), "lr": learning_rates}
 
-    def save(self, agent, optimizer, iteration, global_step, kl_beta, wandb_id):
-        """Writes the checkpoint of update `iteration` (ending at `global_step`) with the kept state."""
+    def save(self, agent, optimizer, done: Update, wandb_id):
+        """Writes the checkpoint of the finished update `done` with the kept state."""
         optimizer = optimizer.state_dict()  # its param_groups are copies
         for group, lr in zip(optimizer["param_groups"], self.kept["lr"]):
             group["lr"] = lr  # G6 may have annealed it for the rollout the stop dropped
@@ -235,9 +252,9 @@ class Checkpoints:
                 "rng": self.kept["rng"],
                 "args": asdict(self.args),
                 "run_name": self.name,
-                "iteration": iteration,
-                "global_step": global_step,
-                "kl_beta": kl_beta,
+                "iteration": done.iteration,
+                "global_step": done.global_step,
+                "kl_beta": done.kl_beta,
                 "wandb_id": wandb_id,
                 "world_size": self.world_size,  # X2: a resumed run must have as many processes
                 "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),

@@ -1,11 +1,10 @@
-"""The life cycle of a training run around the algorithm, which the three scripts share: the command line (`main`:
-training or evaluation, stop signals in, one-line errors out), `Run` (created first thing in train(): the flags, the
-process group, the schedule, then each step's and each update's bookkeeping: the NaN guard, `RunLog`'s TensorBoard,
-wandb and progress lines, `Checkpoints`), and --compile's `compiled_backward`. It decides no PPO detail; those that
-live outside the scripts are in modules named for them: env_adapters.py (M1/M2's wrapper, envpool's backend of G10),
-distributed_x2.py (X2), checkpoints.py (--resume, --eval-checkpoint and B3's state there) and flag_checks.py."""
+"""A training run's life cycle around the algorithm, which the three scripts share: the command line (`main`: training
+or evaluation, stop signals in, one-line errors out), and `Run` (the run's folder, then each step's and each update's
+bookkeeping: the NaN guard, `RunLog`'s TensorBoard, wandb and progress lines, `Checkpoints`, the last lines that say
+where everything went). It decides no PPO detail."""
 
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -19,10 +18,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
-from checkpoints import CheckpointError, Checkpoints, evaluate, new_run_folder, resume_command, resume_flags
-from distributed_x2 import all_ranks_mean, average_env_statistics, distributed_setup
-from env_adapters import finished_episodes
-from flag_checks import ArgError, check_args, run_name_part
+from .checkpoints import CheckpointError, Checkpoints, Update, evaluate, new_run_folder, resume_command, script_as_started
+from .distributed import all_ranks_mean
+from .env_adapters import finished_episodes
+from .flag_checks import ArgError, run_name_part
 
 
 class NonFiniteError(RuntimeError):
@@ -30,6 +29,7 @@ class NonFiniteError(RuntimeError):
 
 
 AGREE_EVERY = 32  # X2: env steps between the ranks' agreements on whether a stop signal has come
+STOPPED = "stopped by a signal; continue with:"  # the line that ends a stopped run (benchmark/run.py looks for it)
 
 
 def main(args, train, make_envs, Agent):
@@ -82,84 +82,6 @@ def stop_on_signals():
     return stop_signals
 
 
-class LossModule(torch.nn.Module):
-    """loss_fn(agent, ...) as a module's forward: the form torch.func.functional_call differentiates."""
-
-    def __init__(self, loss_fn, agent):
-        super().__init__()
-        self.loss_fn, self.agent = loss_fn, agent
-
-    def forward(self, *args):
-        return self.loss_fn(self.agent, *args)
-
-
-def compiled_backward(loss_fn, agent, device):
-    """--compile (on by default): a function that does for `agent` what `loss, stats = loss_fn(agent, *args);
-    loss.backward(); return stats` does, as one torch.compile'd graph. torch.func.grad traces the forward and the backward
-    together, which spares the autograd engine's per-op work (ppo_continuous_action.py's update runs ~2.3x faster); the
-    gradients are added to the parameters' .grad, as backward() adds them. The plain backward runs instead, with a
-    warning, where inductor has nothing to build with (no C++ compiler on a CPU) or its build fails (a compiler without
-    Python's C headers, say: the first minibatch finds out and takes the plain backward). dynamo cannot trace nn.LSTM and
-    nn.GRU, so ppo_rnn.py has no --compile and never calls this."""
-    module = LossModule(loss_fn, agent)
-    params = dict(module.named_parameters())
-
-    def plain(agent_, *args):
-        loss, stats = loss_fn(agent_, *args)
-        loss.backward()
-        return stats
-
-    if device.type == "cpu" and shutil.which(os.environ.get("CXX", "g++")) is None:
-        if int(os.environ.get("RANK", 0)) == 0:  # X2: said once
-            print("warning: --compile needs a C++ compiler (g++) on a CPU; running eagerly (slower)", file=sys.stderr)
-        return plain
-
-    # tie_weights=False: a shared body (M7) is one module object under two names, which the substituted parameters serve
-    # as they are; tie_weights' bookkeeping of it trips AOTAutograd
-    @torch.compile
-    def grads_and_stats(detached, *args):
-        return torch.func.grad(lambda p: torch.func.functional_call(module, p, args, tie_weights=False), has_aux=True)(
-            detached
-        )
-
-    compiled = [True]  # until inductor fails to build the graph
-
-    def backward(agent_, *args):
-        assert agent_ is agent, "compiled_backward serves the agent it was built for"
-        if not compiled[0]:
-            return plain(agent_, *args)
-        # floats (clip_coef, kl_beta) go in as tensors: the graph would be rebuilt for each new value of an annealed one
-        tensors = [torch.tensor(a, device=device) if isinstance(a, float) else a for a in args]
-        try:
-            grads, stats = grads_and_stats({name: p.detach() for name, p in params.items()}, *tensors)
-        except Exception as e:  # the compiled graph failed to build (a compiler without Python's C headers, say)
-            if not is_build_failure(e):
-                raise
-            compiled[0] = False
-            if int(os.environ.get("RANK", 0)) == 0:
-                reason = (str(e).strip().splitlines() or [""])[0][:200]
-                print(f"warning: --compile could not build its graph here ({type(e).__name__}: {reason}); running "
-                      "eagerly (slower, the same gradients)", file=sys.stderr)  # fmt: skip
-            return plain(agent_, *args)
-        for name, p in params.items():
-            grad = grads[name] if p.grad is None else p.grad + grads[name]
-            # laid out as its parameter, as backward() leaves it: CUDA's fused Adam refuses other strides, which inductor's
-            # outputs may have (on an H100, Pendulum's one-action agent stopped at an Adam step without this)
-            p.grad = grad if grad.stride() == p.stride() else torch.empty_like(p).copy_(grad)
-        return stats
-
-    return backward
-
-
-def is_build_failure(error):
-    """Whether `error` is torch.compile failing to build a graph (inductor's C++ compile, a missing header or library),
-    not an error of the computation itself."""
-    from torch._dynamo.exc import BackendCompilerFailed
-    from torch._inductor.exc import InductorError
-
-    return isinstance(error, (BackendCompilerFailed, InductorError)) or type(error).__name__ in ("CppCompileError",)
-
-
 class RunLog:
     """What a run reports, on rank 0 (X2: the other ranks pass their episodes to it): TensorBoard scalars, wandb with
     --track (and its videos), the episodes that ended, the SPS and a progress line every 10 s."""
@@ -194,7 +116,7 @@ class RunLog:
             self.episodes.append((global_step, episodic_return, int(self.episode_steps[i])))
             self.episode_steps[i] = 0
 
-    def log(self, global_step, scalars):
+    def write(self, global_step, scalars):
         """Writes the update's scalars, the episodes that ended since the last call (of all ranks) and the SPS; prints
         a progress line every 10 s; sends finished videos to wandb."""
         episodes, self.episodes = self.episodes, []
@@ -233,78 +155,43 @@ class RunLog:
 
 
 class Run:
-    """One training run's plumbing, created first thing in train(): the flags (those of the checkpoint with --resume:
-    use `run.args`, checked by check_args), torchrun's process group (X2), the run's name and its schedule
-    (`num_iterations`), its `RunLog` and its `Checkpoints`. Then, in the order train() calls them: `start` (restores a
-    resumed run's state), `record_episodes` and `should_stop` (each env step), `check_finite`, `log` and `checkpoint`
-    (each update), `finish`."""
+    """One training run's life cycle around train()'s algorithm: its folder (made for it alone, or a resumed run's own),
+    its `log` (RunLog) and `checkpoints`, and the stop signals. train() calls, in order: `start`, `should_stop` (each
+    env step), `check_finite` and `finish_update` (each update), `finish`."""
 
-    def __init__(self, args, stop_signals=()):
-        world_size = int(os.environ.get("WORLD_SIZE", 1))  # X2: torchrun's processes
-        args, self.resumed = resume_flags(args, world_size)
-        check_args(args, world_size)
-        self.rank, self.world_size, self.device = distributed_setup(args.cuda)  # X2
+    def __init__(self, args, *, resumed, rank, world_size, stop_signals=()):
         if args.torch_threads > 0:
             torch.set_num_threads(args.torch_threads)
-        self.args, self.stop_signals, self.stopping, self.steps_unchecked = args, stop_signals, False, 0
-        self.num_iterations = args.total_timesteps // (args.batch_size * self.world_size)
-        if self.resumed:  # a resumed run writes on in its checkpoint's folder, wherever it is started from
-            folder = os.path.dirname(args.resume) or "."
-        else:  # runs/<name>, made by rank 0 for this run alone
-            name = f"{run_name_part(args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
-            folder = new_run_folder(name) if self.rank == 0 else None
-        if self.world_size > 1:
-            shared = [folder]
-            dist.broadcast_object_list(shared, src=0)  # X2: rank 0's run folder everywhere
-            folder = shared[0]
-        self.folder, self.name = folder, os.path.basename(os.path.abspath(folder))
+        self.args, self.resumed, self.rank, self.world_size = args, resumed, rank, world_size
+        self.stop_signals, self.stopping, self.steps_unchecked = stop_signals, False, 0
+        self.folder = run_folder(args, resumed, rank, world_size)
+        self.name = os.path.basename(os.path.abspath(self.folder))
         # videos of env 0; a resumed session's in a folder of their own, so that the first session's stay
-        step = self.resumed["global_step"] if self.resumed else 0
-        self.video_folder = os.path.join(folder, f"videos-from-step-{step}" if self.resumed else "videos")
+        self.video_folder = os.path.join(self.folder, f"videos-from-step-{resumed['global_step']}" if resumed else "videos")
         try:
-            self.runlog = RunLog(args, folder, self.video_folder, self.rank, self.world_size, self.resumed)
+            self.log = RunLog(args, self.folder, self.video_folder, rank, world_size, resumed)
         except ArgError:
-            if self.rank == 0 and not self.resumed:
-                shutil.rmtree(folder)  # made a moment ago, for this run: nothing else is in it
+            if rank == 0 and not resumed:
+                shutil.rmtree(self.folder)  # made a moment ago, for this run: nothing else is in it
                 if not os.listdir("runs"):
                     os.rmdir("runs")
             raise
-        self.checkpoints = Checkpoints(args, folder, self.rank, self.world_size)
-        trained = self.num_iterations * args.batch_size * self.world_size
-        if self.rank == 0 and trained != args.total_timesteps and not self.resumed:
+        self.checkpoints = Checkpoints(args, self.folder, rank, world_size)
+        trained = args.num_iterations * args.batch_size * world_size
+        if rank == 0 and trained != args.total_timesteps and not resumed:
             print(
                 f"note: --total-timesteps {args.total_timesteps} is not a whole number of updates of "
-                f"{args.batch_size * self.world_size} steps: the run trains {trained} ({self.num_iterations} updates)",
+                f"{args.batch_size * world_size} steps: the run trains {trained} ({args.num_iterations} updates)",
                 file=sys.stderr,
             )
 
-    @property
-    def episodic_returns(self):
-        return self.runlog.episodic_returns
-
-    @property
-    def sps(self):
-        return self.runlog.sps
-
-    def start(self, agent, optimizer, envs):
-        """Takes what the checkpoints save; restores it from the checkpoint of a resumed run (X2: all ranks then start
-        from rank 0's parameters). Returns the first iteration, the global step and the KL coefficient to go on with."""
-        self.agent, self.optimizer, self.envs = agent, optimizer, envs
-        iteration, global_step, self.kl_beta = 1, 0, self.args.kl_beta
-        if self.resumed is not None:
-            iteration, global_step, self.kl_beta = self.checkpoints.restore(self.resumed, agent, optimizer, envs)
-            if self.rank == 0:
-                print(f"resumed {self.name} after update {iteration - 1} (step {global_step}); the envs start new episodes")
-        if self.world_size > 1:
-            for param in agent.parameters():
-                dist.broadcast(param.data, src=0)  # X2: all ranks start from rank 0's parameters
-        self.done_iteration, self.done_step = iteration - 1, global_step
-        self.runlog.start(envs.num_envs, global_step, self.num_iterations * self.args.batch_size * self.world_size)
+    def start(self, agent, optimizer, envs, done: Update):
+        """Takes what the checkpoints save, and the update the run starts after (none yet: iteration 0)."""
+        self.agent, self.optimizer, self.envs, self.done = agent, optimizer, envs, done
+        if self.resumed and self.rank == 0:
+            print(f"resumed {self.name} after update {done.iteration} (step {done.global_step}); the envs start new episodes")
+        self.log.start(envs.num_envs, done.global_step, self.args.num_iterations * self.args.batch_size * self.world_size)
         self.checkpoints.keep(optimizer, envs)
-        return iteration, global_step, self.kl_beta
-
-    def record_episodes(self, infos, global_step):
-        self.runlog.record_episodes(infos, global_step)
 
     def should_stop(self, last_step_of_rollout):
         """Whether SIGINT or SIGTERM has come (to any rank: X2 ranks agree every AGREE_EVERY steps and at the end of the
@@ -314,68 +201,89 @@ class Run:
             self.stopping = bool(self.stop_signals)
         elif last_step_of_rollout or self.steps_unchecked >= AGREE_EVERY:
             self.steps_unchecked = 0
-            stop = torch.tensor(float(bool(self.stop_signals)), device=self.device)
+            stop = torch.tensor(float(bool(self.stop_signals)), device=next(self.agent.parameters()).device)
             self.stopping = all_ranks_mean(stop, self.world_size).item() > 0  # device sync
         return self.stopping
 
     def check_finite(self, stats, iteration, global_step):
-        """The NaN guard: stops the run before a NaN or infinite statistic or parameter reaches a checkpoint."""
+        """The NaN guard: before a NaN or infinite statistic or parameter reaches a checkpoint, closes the run (envs,
+        logs) and raises NonFiniteError, naming the update and the last good checkpoint."""
         values = [v for v in stats.values() if isinstance(v, torch.Tensor)] + list(self.agent.parameters())
         if not all(torch.isfinite(v).all() for v in values):  # device sync
-            self.envs.close()
-            self.runlog.close()
+            self.close()
             last_good = self.checkpoints.path if os.path.exists(self.checkpoints.path) else "none written yet"
             raise NonFiniteError(
                 f"a loss or a parameter became NaN or infinite in update {iteration} (step {global_step}); training stopped "
                 f"and wrote no checkpoint; the last good one: {last_good}"
             )
 
-    def log(self, global_step, scalars):
-        self.runlog.log(global_step, scalars)
-
-    def checkpoint(self, iteration, global_step, kl_beta):
-        """Marks an update as finished (X2: the ranks agree on their env statistics); writes the checkpoint every
+    def finish_update(self, iteration, global_step, kl_beta):
+        """Marks an update as finished (what a checkpoint after a stop signal saves); writes the checkpoint every
         --checkpoint-interval updates."""
-        self.done_iteration, self.done_step, self.kl_beta = iteration, global_step, kl_beta
-        if self.world_size > 1:
-            average_env_statistics(self.envs, self.world_size, self.device)
+        self.done = Update(iteration, global_step, kl_beta)
         self.checkpoints.keep(self.optimizer, self.envs)
         if self.checkpoints.due(iteration):
             self.save()
 
     def save(self):
-        """Writes the checkpoint of the last finished update. Where the disk refuses, the envs and logs are closed and
+        """Writes the checkpoint of the last finished update. Where the disk refuses, the run is closed and
         CheckpointError says how to continue from the last good checkpoint."""
-        done = self.done_iteration, self.done_step, self.kl_beta, self.runlog.wandb_id
         try:
-            self.checkpoints.save(self.agent, self.optimizer, *done)
+            self.checkpoints.save(self.agent, self.optimizer, self.done, self.log.wandb_id)
         except CheckpointError as e:
-            self.envs.close()
-            self.runlog.close()
-            path, local_world_size = self.checkpoints.path, int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+            self.close()
             hint = "start the run again once there is room"
-            if os.path.exists(path):
-                hint = "once there is room, continue with: " + resume_command(self.args.script, path, self.world_size, local_world_size)
+            if os.path.exists(self.checkpoints.path):
+                hint = "once there is room, continue with: " + self.resume_command()
             raise CheckpointError(f"{e}; {hint}") from None
+
+    def resume_command(self):
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # X2: processes on each machine
+        return resume_command(self.args.script, self.checkpoints.path, self.world_size, local_world_size)
 
     def finish(self):
         """The checkpoint of the last finished update (with --save-model, a checkpoint interval, after a stop signal,
-        or over an earlier one: a run folder's agent.pt is its last update or absent), then closes the envs, the logs
-        and the process group."""
+        or over an earlier one: a run folder's agent.pt is its last update or absent); then closes the run and says
+        where its files are and what can be done with them."""
         saving = self.stopping or self.args.save_model or self.checkpoints.interval or os.path.exists(self.checkpoints.path)
         if self.rank == 0 and saving:
             self.save()
-            path = self.checkpoints.path
-            print(f"saved the agent after update {self.done_iteration} (step {self.done_step}) to {path}")
-        if self.rank == 0 and self.stopping:
-            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-            command = resume_command(self.args.script, self.checkpoints.path, self.world_size, local_world_size)
-            print(f"stopped by a signal; continue with: {command}")
+        self.close()
+        if self.rank != 0:
+            return
+        if saving:
+            done = self.done
+            print(f"saved the agent after update {done.iteration} (step {done.global_step}) to {self.checkpoints.path}")
+        print(f"logs: {self.folder} (see them with: tensorboard --logdir {os.path.dirname(self.folder) or '.'})")
+        if self.stopping:
+            print(f"{STOPPED} {self.resume_command()}")
+        elif saving:
+            command = ["python", script_as_started(self.args.script), "--eval-checkpoint", self.checkpoints.path]
+            print(f"evaluate it with: {shlex.join(command)}")
+        else:
+            print("no checkpoint written: --save-model or --checkpoint-interval N keeps the agent")
+
+    def close(self):
+        """Closes the envs, the logs and (X2) the process group."""
         self.envs.close()
-        self.runlog.close()
+        self.log.close()
         if self.world_size > 1:
             dist.barrier()  # no rank leaves while another still talks to it
             dist.destroy_process_group()
+
+
+def run_folder(args, resumed, rank, world_size):
+    """Where a run writes: a resumed run in its checkpoint's folder, wherever it is started from; a new one in runs/<name>,
+    made by rank 0 for this run alone (X2: the other ranks take rank 0's)."""
+    if resumed:
+        return os.path.dirname(args.resume) or "."
+    name = f"{run_name_part(args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    folder = new_run_folder(name) if rank == 0 else None
+    if world_size > 1:
+        shared = [folder]
+        dist.broadcast_object_list(shared, src=0)
+        folder = shared[0]
+    return folder
 
 
 def start_wandb(args, folder, wandb_id=None):

@@ -1,9 +1,10 @@
 """The flag checks every script runs before anything starts (before a run folder exists): each numeric flag's range,
 how the flags fit together, and whether the env id is one the script trains on. A bad command line ends in ArgError,
-whose one-line message names the flag and the fix (run_plumbing.main prints it). No PPO detail is decided here."""
+whose one-line message names the flag and the fix (ppo_utils.run.main prints it). No PPO detail is decided here."""
 
 import os
 from dataclasses import fields
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -52,10 +53,18 @@ FLAG_RULES = {
 }
 
 
-ENV_KINDS = {  # what check_args tells apart: (description, example id, the script that trains on it)
-    "continuous": ("an env with continuous (Box) actions", "Hopper-v5", "ppo_continuous_action.py"),
-    "atari": ("an Atari game", "BreakoutNoFrameskip-v4", "ppo_atari.py or ppo_rnn.py"),
-    "discrete-vector": ("an env with vector observations and discrete actions", "CartPole-v1", "ppo_rnn.py"),
+class EnvKind(NamedTuple):
+    """A kind of env that check_args tells apart."""
+
+    description: str
+    example: str  # an env id of the kind
+    script: str  # the script(s) that train on it
+
+
+ENV_KINDS = {
+    "continuous": EnvKind("an env with continuous (Box) actions", "Hopper-v5", "ppo_continuous_action.py"),
+    "atari": EnvKind("an Atari game", "BreakoutNoFrameskip-v4", "ppo_atari.py or ppo_rnn.py"),
+    "discrete-vector": EnvKind("an env with vector observations and discrete actions", "CartPole-v1", "ppo_rnn.py"),
 }
 
 
@@ -123,12 +132,13 @@ def check_flags(args) -> None:
         raise ArgError("--resume and --eval-checkpoint: pass one (--resume trains on, --eval-checkpoint only plays)")
 
 
-def check_args(args, world_size=1) -> None:
+def check_args(args, world_size=None) -> None:
     """Validates the flags (FLAG_RULES, then how they fit together) and the env id before anything starts, before any
     run folder too; raises ArgError with a one-line message. What a
     script accepts comes from its Args: `env_kinds` (keys of ENV_KINDS) and `minibatch_unit` ("batch_size": any split
     of the batch; "num_envs": minibatches of whole env sequences). world_size: the processes under torchrun (X2), each
     collecting a batch of its own."""
+    world_size = world_size or int(os.environ.get("WORLD_SIZE", 1))  # X2: torchrun's processes
     check_flags(args)
     if getattr(args, args.minibatch_unit) % args.num_minibatches:
         whole = getattr(args, args.minibatch_unit)
@@ -151,18 +161,18 @@ def check_args(args, world_size=1) -> None:
     if args.vector_env == "envpool" and getattr(args, "noop_max", 1) == 0:
         raise ArgError("envpool cannot turn A1 off (--noop-max 0); add --vector-env sync")
 
-    accepted = " or ".join(ENV_KINDS[kind][0] for kind in args.env_kinds)
+    accepted = " or ".join(ENV_KINDS[kind].description for kind in args.env_kinds)
     try:
         spec = gym.spec(args.env_id)
     except gym.error.Error:
-        hint = f"this script takes {accepted}, e.g. {ENV_KINDS[args.env_kinds[0]][1]}"
+        hint = f"this script takes {accepted}, e.g. {ENV_KINDS[args.env_kinds[0]].example}"
         if "atari" not in args.env_kinds and ("NoFrameskip" in args.env_id or args.env_id.startswith("ALE/")):
             hint = "it is an Atari game: use ppo_atari.py"
         raise ArgError(f"--env-id {args.env_id} is not a registered gymnasium environment; {hint}") from None
     kind, action_space = env_kind(args.env_id)
     if kind not in args.env_kinds:
         what = "it is an Atari game" if kind == "atari" else f"it has a {action_space} action space"
-        raise ArgError(f"--env-id {args.env_id} is not {accepted}: {what}; use {ENV_KINDS[kind][2]}")
+        raise ArgError(f"--env-id {args.env_id} is not {accepted}: {what}; use {ENV_KINDS[kind].script}")
     if kind == "atari" and spec.kwargs.get("frameskip", 1) != 1:
         raise ArgError(
             f"--env-id {args.env_id} skips frames itself; use the NoFrameskip-v4 id of the game so that A4 "
@@ -190,7 +200,8 @@ def check_rendering(env_id, kind):
         raise ArgError(f"--capture-video: {env_id} cannot render here ({reason}); or drop --capture-video") from None
     except Exception as e:
         if kind != "continuous":
-            raise ArgError(f"--capture-video: {env_id} cannot render here ({type(e).__name__}: {e}); drop --capture-video") from None
+            reason = f"{type(e).__name__}: {e}"
+            raise ArgError(f"--capture-video: {env_id} cannot render here ({reason}); drop --capture-video") from None
         raise ArgError(f"--capture-video: {gl_trouble('render', e)}; or drop --capture-video") from None
 
 

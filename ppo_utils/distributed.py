@@ -10,8 +10,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from env_adapters import env_statistics, set_env_statistics
-from flag_checks import ArgError
+from .env_adapters import env_statistics, set_env_statistics
+from .flag_checks import ArgError
+
+
+def launched_processes():
+    """X2: how many processes torchrun started for this run (its WORLD_SIZE); 1 for a plain run."""
+    return int(os.environ.get("WORLD_SIZE", 1))
 
 
 def seed_everything(seed, torch_deterministic=True):
@@ -77,11 +82,21 @@ def average_gradients(parameters, world_size):
             g.copy_(mean.view_as(g))
 
 
+def broadcast_parameters(agent, world_size):
+    """X2: every rank takes rank 0's parameters; a single process keeps its own."""
+    if world_size > 1:
+        for param in agent.parameters():
+            dist.broadcast(param.data, src=0)
+
+
 def average_env_statistics(envs, world_size, device):
     """X2: replaces each rank's normalization statistics (M1, M3) by those of all ranks' values together: the mean of
     the ranks' means, and the mean of each rank's variance plus its mean's squared distance from that mean. Since the
     ranks agreed last, each has counted equally many values, so this is what one process seeing every rank's values
-    would hold (with the count of one rank, which keeps the weight of later values the same)."""
+    would hold (with the count of one rank, which keeps the weight of later values the same). A single process keeps
+    its own."""
+    if world_size == 1:
+        return
     stats = env_statistics(envs)
     for rms in stats.values():
         if rms is not None:
