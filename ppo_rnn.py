@@ -44,8 +44,7 @@ class Args:
     cuda: bool = True
     """use CUDA when a GPU is present (the CPU otherwise)"""
     torch_threads: int = 0
-    """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core, for the CNN encoder of frames (the
-    small MLP encoder of vector observations may run faster with 1)"""
+    """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core (for the CNN; the MLP may prefer 1)"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import tyro
-from conftest import DETAILS, ROOT, contract_flags, load_script, needs
+from conftest import ROOT, contract_flags, load_script, needs
 from ppo_utils.flag_checks import check_flags
 from scipy.stats import trim_mean
 

@@ -9,7 +9,7 @@ import typing
 import pytest
 from ppo_utils import checkpoints
 import tyro
-from conftest import COLUMNS, DETAILS, ROOT, contract_flags, load_script, run_script, write_checkpoint
+from conftest import COLUMNS, ROOT, contract_flags, load_script, run_script, write_checkpoint
 
 
 def field_name(flag):
