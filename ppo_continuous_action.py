@@ -42,6 +42,8 @@ class Args:
     """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core; 1 suits these small MLPs best"""
     compile: bool = True
     """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; README: Flag notes)"""
+    tf32: bool = False
+    """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"
@@ -382,6 +384,7 @@ def train(args: Args, stop_signals=()):
     run = Run(args, resumed=resumed, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder and logs
     seed = rank_seed(args.seed, rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
     seed_everything(seed, args.torch_deterministic)  # python, numpy, torch
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
@@ -394,17 +397,18 @@ def train(args: Args, stop_signals=()):
     run.start(agent, optimizer, envs, done)
     global_step, kl_beta = done.global_step, done.kl_beta
 
-    # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one)
+    # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one). The rewards and
+    # episode ends stay on the host until the rollout ends: a step copies the observations in and the action out
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs))
+    dones = torch.zeros((args.num_steps, args.num_envs))
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
     next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-    next_done = torch.zeros(args.num_envs, device=device)
+    next_done = torch.zeros(args.num_envs)
 
     for iteration in range(done.iteration + 1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -425,9 +429,9 @@ def train(args: Args, stop_signals=()):
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())  # device sync
             if args.bootstrap_truncated:
                 reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma)  # B1
-            rewards[step] = torch.as_tensor(reward, dtype=torch.float32, device=device)
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
             next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
-            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32, device=device)
+            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
             run.log.record_episodes(infos, global_step)
             if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
                 break
@@ -436,9 +440,10 @@ def train(args: Args, stop_signals=()):
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
-            advantages, returns = compute_gae(
-                rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda, args.gae
-            )
+            advantages, returns = compute_gae(  # the rollout's rewards and episode ends go to the device once
+                rewards.to(device), values, dones.to(device), next_value, next_done.to(device),
+                args.gamma, args.gae_lambda, args.gae,
+            )  # fmt: skip
 
         batch = {
             "obs": obs.reshape((-1,) + envs.single_observation_space.shape),

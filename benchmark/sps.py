@@ -9,7 +9,12 @@ The env-only figure is what the rollout would reach if the agent cost nothing; t
 share of that ceiling the script keeps (the rest goes to the network, the update and the bookkeeping). The update
 columns time one update_policy call alone on a batch of the run's size, count its floating-point work with torch's
 FlopCounterMode (every matmul and convolution, forward and backward), and set its GFLOP/s beside those of one large
-float32 matmul on the same threads: the compute this machine gives a well-shaped problem.
+float32 matmul on the same threads: the compute this machine gives a well-shaped problem (on the run's device: the GPU
+with --cuda where one is present). The split columns take an iteration of the training run apart: the env steps (their
+mean per iteration), one update_policy call (the median, timed between two device syncs; the first call, which builds
+the compiled graph, is left out of the median) and the rest (the policy's forward passes, the copies, GAE and the
+logging), from the median iteration after the first; steady SPS is the batch over that median iteration, where the
+training SPS (the run's own charts/SPS) counts the start, torch.compile's build included.
 """
 
 import argparse
@@ -20,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import gymnasium as gym
@@ -77,6 +83,54 @@ def env_only_sps(module, args, steps):
     return steps * args.num_envs / elapsed
 
 
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_device(args):
+    return torch.device("cuda" if getattr(args, "cuda", False) and torch.cuda.is_available() else "cpu")
+
+
+def timed_training(module, args):
+    """module.train(args) with its env steps and update_policy calls timed. Returns (the run's SPS, env seconds per
+    iteration, the median update's seconds, the median iteration's seconds after the first)."""
+    device, env_seconds, updates, ends = run_device(args), [0.0], [], []
+    make_envs, update_policy = module.make_envs, module.update_policy
+
+    def timed_make_envs(*a, **k):
+        envs = make_envs(*a, **k)
+        step = envs.step
+
+        def timed_step(action):
+            start = time.perf_counter()
+            result = step(action)
+            env_seconds[0] += time.perf_counter() - start
+            return result
+
+        envs.step = timed_step
+        return envs
+
+    def timed_update(*a, **k):
+        sync(device)
+        start = time.perf_counter()
+        result = update_policy(*a, **k)
+        sync(device)
+        ends.append(time.perf_counter())
+        updates.append(ends[-1] - start)
+        return result
+
+    module.make_envs, module.update_policy = timed_make_envs, timed_update
+    try:
+        sps = module.train(args)["sps"]
+    finally:
+        module.make_envs, module.update_policy = make_envs, update_policy
+    iterations = [b - a for a, b in zip(ends, ends[1:])]  # end of update i to end of update i + 1
+    update = statistics.median(updates[1:] or updates)
+    iteration = statistics.median(iterations) if iterations else float("nan")
+    return sps, env_seconds[0] / len(updates), update, iteration
+
+
 def random_batch(envs, agent, args):
     """A flat batch of the run's size with the keys update_policy reads: random observations and actions of the env's
     spaces, random advantages and returns; old log-probs and values of 0 (the update's work does not depend on them)."""
@@ -98,30 +152,39 @@ def random_batch(envs, agent, args):
 
 
 def update_compute(module, args):
-    """(seconds of one update, its GFLOP, GFLOP/s of a 2048 x 2048 float32 matmul), on the run's threads."""
+    """(seconds of one update: the median of 3 after a warm-up, its GFLOP, GFLOP/s of a 2048 x 2048 float32 matmul), on
+    the run's threads and device."""
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
+    device = run_device(args)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = getattr(args, "tf32", False)  # as train()
     envs = module.make_envs(args, "sps")
     torch.manual_seed(args.seed)
-    agent = module.Agent(envs, args)
+    agent = module.Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)
-    batch = random_batch(envs, agent, args)
+    batch = {key: value.to(device) for key, value in random_batch(envs, agent, args).items()}
     envs.close()
     with FlopCounterMode(display=False) as counter:  # counted on the plain backward: compiled kernels bypass the counter
         module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta)
     # timed with the backward the run uses (--compile: the compiled one, built by this warm-up call)
-    device = torch.device("cpu")
     compiled = getattr(args, "compile", False)  # ppo_rnn.py has no --compile
     backward = compiled_backward(module.ppo_loss, agent, device) if compiled else module.ppo_backward
     module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
-    start = time.perf_counter()
-    module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
-    seconds = time.perf_counter() - start
-    a = torch.randn(2048, 2048)
+    calls = []
+    for _ in range(3):
+        sync(device)
+        start = time.perf_counter()
+        module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
+        sync(device)
+        calls.append(time.perf_counter() - start)
+    seconds = statistics.median(calls)
+    a = torch.randn(2048, 2048, device=device)
     a @ a
+    sync(device)
     start = time.perf_counter()
     for _ in range(10):
         a @ a
+    sync(device)
     matmul = 10 * 2 * 2048**3 / (time.perf_counter() - start) / 1e9
     return seconds, counter.get_total_flops() / 1e9, matmul
 
@@ -140,23 +203,29 @@ def script_args(script, env_id, total_timesteps, flags):
 
 def measure(script, env_id, total_timesteps, env_steps, runs, flags):
     """Runs in a fresh process per script (see main), so that one script's torch settings (threads) stay its own."""
+    # --vector-env async's env processes, spawned from this one with its sys.path, unpickle the script's env makers by
+    # module name (ppo_atari.make_env...): the repository's root must be on that path
+    sys.path.insert(0, str(ROOT))
     module, args = script_args(script, env_id, total_timesteps, flags)
     rows = []
     for run in range(runs):
         env_sps = env_only_sps(module, args, env_steps // args.num_envs)
-        train_sps = module.train(args)["sps"]
-        rows.append((env_sps, train_sps))
-        print(f"{script} run {run + 1}/{runs}: env only {env_sps:.0f}, training {train_sps:.0f} SPS", file=sys.stderr)
-    env_sps = statistics.median(r[0] for r in rows)
-    train_sps = statistics.median(r[1] for r in rows)
+        train_sps, env_s, update_s, iteration_s = timed_training(module, args)
+        rows.append((env_sps, train_sps, env_s, update_s, iteration_s))
+        print(f"{script} run {run + 1}/{runs}: env only {env_sps:.0f}, training {train_sps:.0f} SPS; an iteration "
+              f"{1e3 * iteration_s:.0f} ms: env {1e3 * env_s:.0f}, update {1e3 * update_s:.0f}", file=sys.stderr)  # fmt: skip
+    env_sps, train_sps, env_s, update_s, iteration_s = (statistics.median(r[i] for r in rows) for i in range(5))
     updates = [update_compute(module, args) for _ in range(runs)]
-    update_s, gflop, matmul = (statistics.median(u[i] for u in updates) for i in range(3))
+    alone_s, gflop, matmul = (statistics.median(u[i] for u in updates) for i in range(3))
     return {
-        "update_s": update_s,
+        "device": run_device(args).type,
+        "steady_sps": args.batch_size / iteration_s,
+        "split_ms": (1e3 * iteration_s, 1e3 * env_s, 1e3 * update_s, 1e3 * (iteration_s - env_s - update_s)),
+        "update_s": alone_s,
         "gflop": gflop,
-        "update_gflops": gflop / update_s,
+        "update_gflops": gflop / alone_s,
         "matmul_gflops": matmul,
-        "update_share": update_s / (args.batch_size / train_sps),  # of an iteration at the training SPS
+        "update_share": alone_s / (args.batch_size / train_sps),  # of an iteration at the training SPS
         "script": script,
         "env_id": env_id,
         "flags": " ".join(flags),
@@ -170,13 +239,16 @@ def measure(script, env_id, total_timesteps, env_steps, runs, flags):
 def table(results):
     lines = [
         "| script | env | flags | env-only SPS | training SPS | training / env-only | training SPS of each run "
-        "| update s | update GFLOP | update GFLOP/s | matmul GFLOP/s | update / iteration |",
-        "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| steady SPS | steady / env-only | iteration ms: env + update + rest | device | update s | update GFLOP "
+        "| update GFLOP/s | matmul GFLOP/s | update / iteration |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
+        split = "{:.0f}: {:.0f} + {:.0f} + {:.0f}".format(*r["split_ms"])
         lines.append(
             f"| {r['script']} | {r['env_id']} | {r['flags'] or '(defaults)'} | {r['env_sps']:.0f} | {r['train_sps']:.0f} "
-            f"| {r['ratio']:.0%} | {r['runs']} | {r['update_s']:.2f} | {r['gflop']:.1f} | {r['update_gflops']:.1f} "
+            f"| {r['ratio']:.0%} | {r['runs']} | {r['steady_sps']:.0f} | {r['steady_sps'] / r['env_sps']:.0%} | {split} "
+            f"| {r['device']} | {r['update_s']:.2f} | {r['gflop']:.1f} | {r['update_gflops']:.1f} "
             f"| {r['matmul_gflops']:.0f} | {r['update_share']:.0%} |"
         )
     return "\n".join(lines)
@@ -214,8 +286,9 @@ def main(argv=None):
         os.chdir(scratch)  # the runs' logs go to a scratch folder
         try:
             for job in jobs:
-                with spawn.Pool(1) as pool:
-                    results.append(pool.apply(measure, job))
+                # not multiprocessing.Pool: its daemonic worker could not start --vector-env async's env processes
+                with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+                    results.append(pool.submit(measure, *job).result())
         finally:
             os.chdir(workdir)
     report = table(results)

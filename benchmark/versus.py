@@ -48,7 +48,7 @@ def run_once(script, flags, env, timeout):
 
 
 def machine():
-    """One line: the CPU model, its cores, and the versions that matter."""
+    """One line: the CPU model, its cores, the GPU torch sees (if any), and the versions that matter."""
     model = platform.processor() or platform.machine()
     try:
         lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
@@ -57,7 +57,8 @@ def machine():
         pass
     import torch
 
-    return f"{model}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}"
+    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return f"{model}, {os.cpu_count()} CPUs{gpu}, Python {platform.python_version()}, torch {torch.__version__}"
 
 
 def median(values):

@@ -169,3 +169,46 @@ def test_compile_without_a_compiler_runs_eagerly_with_a_warning(monkeypatch, cap
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 0
     for a, b in zip(plain[1], eager[1]):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"))]
+)
+@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn"])
+def test_the_rollout_holds_what_the_env_gave_for_the_actions_taken(name, device, tmp_path, monkeypatch):
+    """The rollout's storage (the observations copied to the device each step; the rewards and episode ends kept on
+    the host until the rollout ends) against the plain reference: a fresh copy of the envs, reset with the run's seed
+    and stepped with the stored actions, returns the stored observations, rewards and ends."""
+    script = load_script(name)
+    monkeypatch.chdir(tmp_path)
+    flags = {} if name == "ppo_rnn" else {"compile": False}
+    args = script.Args(num_envs=2, num_steps=48, total_timesteps=96, num_minibatches=2, update_epochs=1,
+                       cuda=device == "cuda", **flags)  # fmt: skip
+    rollout = script.train(args)["rollout"]  # one update: the first rollout
+    assert rollout["obs"].device.type == device
+    rollout = {key: value.cpu() for key, value in rollout.items()}
+    envs = script.make_envs(args)
+    expected_obs, _ = envs.reset(seed=args.seed)
+    for t in range(args.num_steps):
+        assert torch.equal(rollout["obs"][t], torch.as_tensor(expected_obs, dtype=rollout["obs"].dtype)), t
+        expected_obs, reward, terminations, truncations, _ = envs.step(rollout["actions"][t].numpy())
+        assert not truncations.any()  # no B1 bonus to add in 48 steps (of Hopper-v5 or Breakout)
+        assert torch.equal(rollout["rewards"][t], torch.as_tensor(reward, dtype=torch.float32)), t
+        if t + 1 < args.num_steps:
+            assert torch.equal(rollout["dones"][t + 1], torch.as_tensor(terminations, dtype=torch.float32)), t
+    envs.close()
+
+
+@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn"])
+def test_tf32_is_off_unless_asked(name, tmp_path, monkeypatch):
+    """--tf32 sets both of torch's TF32 switches (matmuls and cuDNN's convolutions, whose own default is on); without
+    it a run computes in float32 on a GPU as on a CPU."""
+    script = load_script(name)
+    monkeypatch.chdir(tmp_path)
+    try:
+        for tf32 in (False, True, False):
+            args = script.Args(num_envs=1, num_steps=16, total_timesteps=16, num_minibatches=1, update_epochs=1, tf32=tf32)
+            script.train(args)
+            assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+    finally:  # torch's defaults, for the tests that run next in this process
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True

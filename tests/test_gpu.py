@@ -1,7 +1,7 @@
 """On a GPU (each test is skipped where torch sees none): a run stopped on CUDA resumes as the uninterrupted one goes on,
 CUDA's RNG states included; a checkpoint trained on CUDA is evaluated by a process that sees no GPU; --compile's
-backward on CUDA gives the plain gradients, laid out as fused Adam takes them. The CPU versions of these tests, whose
-helpers these import, are in test_long_runs.py and test_fast_paths.py."""
+backward on CUDA gives the plain gradients, laid out as fused Adam takes them; --tf32 changes the numbers as far as TF32
+may. The CPU versions of these tests, whose helpers these import, are in test_long_runs.py and test_fast_paths.py."""
 
 import glob
 import shutil
@@ -111,3 +111,25 @@ def test_compiled_gradients_on_cuda_are_laid_out_as_their_parameters_for_fused_a
         assert p.grad.stride() == p.stride(), name
     torch.optim.Adam(agent.parameters(), lr=1e-3, fused=True).step()
     assert all(not torch.equal(b, p) for b, p in zip(before, agent.parameters()))
+
+
+def test_tf32_changes_the_atari_agents_numbers_only_as_far_as_a_10_bit_mantissa_goes(monkeypatch):
+    """--tf32's switches on CUDA: with them off, the Atari agent's values are float32-close to float64's; on, they
+    differ from float32's (TF32 convolutions and matmuls ran) by no more than TF32's rounding allows."""
+    atari = load_script("ppo_atari")
+    agent = make_agent(atari).to(CUDA)
+    obs = fixed_batch(atari, agent, n=256)["obs"]
+    twin = float64_twin(agent)
+    twin.load_state_dict(agent.state_dict())
+    outputs = {}
+    with torch.no_grad():
+        exact = twin.get_value(obs)
+        for tf32 in (False, True):
+            monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", tf32)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            outputs[tf32] = agent.get_value(obs).double()
+    torch.backends.cuda.matmul.allow_tf32 = False  # torch's default
+    scale = exact.abs().max()
+    assert (outputs[False] - exact).abs().max() <= 1e-4 * scale
+    assert not torch.equal(outputs[True], outputs[False])
+    assert (outputs[True] - exact).abs().max() <= 2e-2 * scale

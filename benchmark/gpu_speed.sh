@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Atari speed on one CUDA machine, side by side with CleanRL's ppo_atari.py, as one prepared command (at most 8
+# minutes there; each part is cut at a shared deadline, and what finished is kept):
+#   1. benchmark/versus.py: Breakout, default flags of both, alternating rounds (ours first) of 20,480 steps each;
+#   2. benchmark/sps.py: env-only SPS, training SPS and the split of an iteration (env steps, update, the rest) of the
+#      fast configuration (FAST below), then of the default one;
+#   3. one update_policy call's time with float32 and with --tf32 (sps.update_compute: the median of 3, on the GPU).
+# On an H100 (2026-11-27) parts 1 and 2 took 388 s and 170 s with the fast run at 40,960 steps (now 24,576); its
+# results and what they mean: benchmark/results/gpu-speed.md. The tests of CUDA paths are in benchmark/gpu_suite.sh.
+#
+# Prepare here, once (both stay out of git):
+#   printf '/.whl/\n/.peers/\n' >> "$(git rev-parse --git-common-dir)/info/exclude"
+#   bash ../shared/gpu-wheels.sh          # the workplace's script: gymnasium, ale-py, tyro, stable-baselines3 ... in .whl/
+#   cp -r ../shared/peers .peers          # CleanRL's scripts, run from .peers/cleanrl
+# then, with the device tool: command `bash benchmark/gpu_speed.sh`, carry [".whl", ".peers"], timeout_s 600.
+# A dry run here on the CPU (tiny sizes; no .whl: nothing is installed):
+#   GPU_SPEED_STEPS=2048 GPU_SPEED_ROUNDS=1 GPU_SPEED_FAST_STEPS=4096 OUT=/tmp/gs bash benchmark/gpu_speed.sh
+# Environment: OUT (results, default /tmp/gpu-speed-out), GPU_SPEED_DEADLINE (seconds for all of it, 560),
+# GPU_SPEED_STEPS (20480), GPU_SPEED_ROUNDS (3), GPU_SPEED_FAST (the fast configuration's flags),
+# GPU_SPEED_FAST_STEPS (24576). Writes $OUT/machine.txt, versus.md, sps-fast.md, sps-default.md, tf32.md, console.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-speed-out}
+mkdir -p "$OUT"
+START=$SECONDS
+DEADLINE=${GPU_SPEED_DEADLINE:-560}
+STEPS=${GPU_SPEED_STEPS:-20480}
+ROUNDS=${GPU_SPEED_ROUNDS:-3}
+FAST=${GPU_SPEED_FAST:---vector-env async --num-envs 16}
+FAST_STEPS=${GPU_SPEED_FAST_STEPS:-24576}
+PEER=.peers/cleanrl/ppo_atari.py
+export PYTHONUNBUFFERED=1 WANDB_MODE=offline
+unset MUJOCO_GL  # MUJOCO_GL=egl breaks `import mujoco` where libEGL is missing
+
+if [ -d .whl ]; then  # the install line the workplace's gpu-wheels.sh prints
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
+    { echo "error: the wheels of .whl/ did not install"; exit 99; }
+  export PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH"
+fi
+[ -f "$PEER" ] || { echo "error: $PEER missing: cp -r ../shared/peers .peers and carry .peers"; exit 98; }
+
+left() { echo $((DEADLINE - (SECONDS - START))); }
+part() {  # part NAME COMMAND...: runs COMMAND within the time left, its output into console.log
+  local limit; limit=$(left)
+  if [ "$limit" -lt 20 ]; then echo "== $1: skipped, the deadline is near" | tee -a "$OUT/console.log"; return; fi
+  echo "== $1 ($((SECONDS - START)) s in, $limit s left): ${*:2}" | tee -a "$OUT/console.log"
+  timeout --signal=INT --kill-after=10 "$limit" "${@:2}" 2>&1 | tee -a "$OUT/console.log"
+  echo "== $1: exit ${PIPESTATUS[0]} after $((SECONDS - START)) s" | tee -a "$OUT/console.log"
+}
+
+{
+  nvidia-smi -L 2>/dev/null || echo "nvidia-smi: none here"
+  python3 -c "import sys; sys.path.insert(0, 'benchmark'); from versus import machine; print(machine())"
+} 2>&1 | tee "$OUT/machine.txt"
+
+part versus python3 benchmark/versus.py ppo_atari.py "$PEER" --env-id BreakoutNoFrameskip-v4 \
+  --total-timesteps "$STEPS" --rounds "$ROUNDS" --timeout 200 --output "$OUT/versus.md"
+# shellcheck disable=SC2086  # FAST is a list of flags
+part sps-fast python3 benchmark/sps.py ppo_atari.py --runs 1 --env-steps 8192 --total-timesteps "$FAST_STEPS" \
+  --output "$OUT/sps-fast.md" -- $FAST
+part sps-default python3 benchmark/sps.py ppo_atari.py --runs 1 --env-steps 8192 --total-timesteps 10240 \
+  --output "$OUT/sps-default.md"
+part tf32 python3 - "$OUT/tf32.md" <<'PY'
+import sys
+sys.path.insert(0, "benchmark")
+import sps, torch
+
+rows = []
+for tf32 in (False, True):
+    module, args = sps.script_args("ppo_atari.py", "BreakoutNoFrameskip-v4", 10240, ["--tf32"] if tf32 else [])
+    seconds, gflop, matmul = sps.update_compute(module, args)  # sets TF32 from args.tf32, as train() does
+    rows.append(f"| {tf32} | {seconds * 1e3:.1f} | {gflop / seconds:.0f} | {matmul:.0f} |")
+text = "| --tf32 | one update_policy call, ms (median of 3) | its GFLOP/s | 2048^3 matmul GFLOP/s |\n"
+text += "| --- | ---: | ---: | ---: |\n" + "\n".join(rows) + "\n"
+print(text)
+open(sys.argv[1], "w").write(text)
+PY
+echo "done in $((SECONDS - START)) s" | tee -a "$OUT/console.log"
