@@ -827,3 +827,27 @@ def test_versus_names_the_timeout_of_a_run_too_slow(tmp_path):
     )  # fmt: skip
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "slow.py ran past --timeout 1 s; raise --timeout" in result.stderr
+
+
+def test_random_scores_play_the_registered_episodes_with_random_actions(tmp_path):
+    """benchmark/random_scores.py against what the tasks' definitions fix: InvertedPendulum-v5 pays 1 per step and 0 on
+    the step that ends it (a random policy drops the pole long before the 1,000-step limit), Reacher-v5 always runs its
+    50-step limit; the same seed gives the same episodes; the committed table holds 100 episodes of each of the seven."""
+    import csv
+
+    import random_scores
+
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    for output in (first, second):
+        random_scores.main(["--env-ids", "InvertedPendulum-v5", "Reacher-v5", "--episodes", "20", "--output", str(output)])
+    assert first.read_text() == second.read_text()
+    rows = list(csv.DictReader(first.open()))
+    pendulum = [r for r in rows if r["env_id"] == "InvertedPendulum-v5"]
+    reacher = [r for r in rows if r["env_id"] == "Reacher-v5"]
+    assert len(pendulum) == len(reacher) == 20
+    assert all(float(r["return"]) == int(r["length"]) - 1 for r in pendulum)
+    assert len({r["length"] for r in pendulum}) > 1  # random episodes, not one replayed
+    assert all(int(r["length"]) == 50 and float(r["return"]) < 0 for r in reacher)
+    committed = list(csv.DictReader((ROOT / "benchmark/results/table1/data/random.csv").open()))
+    counts = {env_id: sum(r["env_id"] == env_id for r in committed) for env_id in random_scores.MUJOCO_TASKS}
+    assert counts == dict.fromkeys(random_scores.MUJOCO_TASKS, 100)
