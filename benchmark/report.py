@@ -3,7 +3,9 @@ mean episodic return over its last 100 episodes, and SPS), learning curves as PN
 confidence interval (rliable) when several tasks are present, and, when a `default` variant is present, each
 variant's effect relative to it (the ablation table), or, for a peer (another project's script, benchmark/run.py
 --peer), the difference of ours from it with a bootstrap interval and a verdict: below, level or above, and the
-training statistics of both (losses, KL, clip fraction, entropy, episode length) side by side at equal steps.
+training statistics of both (losses, KL, clip fraction, entropy, episode length) side by side at equal steps. With
+the random policy's episodes in data/random.csv (benchmark/random_scores.py) and the table1 preset's settings, the
+PPO paper's Table 1: each setting's average normalized score beside the paper's, and each task's raw means.
 
     python benchmark/report.py benchmark/runs/mujoco --output benchmark/results/mujoco   # runs -> data -> report
     python benchmark/report.py benchmark/results/mujoco                                 # rebuilt from the data alone
@@ -435,6 +437,77 @@ def ablation_table(runs: pd.DataFrame):
     return "\n".join(lines)
 
 
+# The PPO paper's Table 1: the average normalized score of each setting over its 7 MuJoCo tasks x 3 seeds, by the names
+# of benchmark/run.py's table1 variants (Schulman et al. 2017, section 6.1; beta starts at 1 in the adaptive rows)
+PAPER_TABLE1 = {
+    "unclipped": -0.39,
+    "clip-0.1": 0.76,
+    "clip-0.2": 0.82,
+    "clip-0.3": 0.70,
+    "kl-adaptive-0.003": 0.68,
+    "kl-adaptive-0.01": 0.74,
+    "kl-adaptive-0.03": 0.71,
+    "kl-fixed-0.3": 0.62,
+    "kl-fixed-1": 0.71,
+    "kl-fixed-3": 0.72,
+    "kl-fixed-10": 0.69,
+}
+
+
+def normalized_scores(runs: pd.DataFrame, random: pd.DataFrame):
+    """Each run's score shifted and scaled within its task as the paper's Table 1 does: the random policy's mean return
+    (random: one row per episode, env_id and return) becomes 0 and the best setting's mean over its seeds becomes 1."""
+    random_mean = runs["env_id"].map(random.groupby("env_id")["return"].mean())
+    best = runs["env_id"].map(runs.groupby(["env_id", "variant"])["score"].mean().groupby("env_id").max())
+    return runs.assign(normalized=(runs["score"] - random_mean) / (best - random_mean))
+
+
+def table1_interval(normalized: pd.DataFrame, reps=10_000, seed=0):
+    """The 95% percentile-bootstrap interval of a setting's average normalized score over its runs, each task's seeds
+    resampled with replacement within that task (the tasks stay, each with its number of runs)."""
+    rng = np.random.default_rng(seed)
+    total = np.zeros(reps)
+    for _, task in normalized.groupby("env_id"):
+        values = task["normalized"].to_numpy()
+        total += rng.choice(values, size=(reps, len(values)), replace=True).sum(axis=1)
+    draws = total / len(normalized)
+    return np.percentile(draws, 2.5), np.percentile(draws, 97.5)
+
+
+def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
+    """The paper's Table 1 beside ours (average normalized score, 95% interval), then each task's raw means."""
+    normalized = normalized_scores(runs, random)
+    tasks = sorted(runs["env_id"].unique())
+    full = len(tasks) * 3
+    lines = [
+        "Each run's score (the mean return of its last 100 episodes) is shifted and scaled within its task so that the "
+        "random policy (100 episodes of uniform random actions, data/random.csv) scores 0 and the best setting's mean "
+        "over its seeds scores 1, as in the paper; a setting's figure is the mean over its runs, with a 95% bootstrap "
+        f"interval resampling seeds within tasks. {len(runs)} of {len(PAPER_TABLE1) * full} runs are in: a setting "
+        f"with fewer than {full} runs is not yet comparable, and the best setting of a task is the best among those run "
+        "so far.\n",
+        "| setting | runs | ours: avg. normalized score [95% interval] | paper |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for variant, paper in PAPER_TABLE1.items():
+        group = normalized[normalized["variant"] == variant]
+        if len(group):
+            low, high = table1_interval(group)
+            ours = f"{group['normalized'].mean():.2f} [{low:.2f}, {high:.2f}]"
+        else:
+            ours = "-"
+        lines.append(f"| {variant} | {len(group)} of {full} | {ours} | {paper:.2f} |")
+    means = runs.groupby(["variant", "env_id"])["score"].mean()
+    lines += ["", "Raw means over seeds (the mean return of each run's last 100 episodes):", ""]
+    lines += ["| setting | " + " | ".join(tasks) + " |", "| --- |" + " ---: |" * len(tasks)]
+    random_means = random.groupby("env_id")["return"].mean()
+    lines.append("| random policy | " + " | ".join(f"{random_means.get(t, np.nan):.1f}" for t in tasks) + " |")
+    for variant in PAPER_TABLE1:
+        cells = [f"{means[(variant, t)]:.1f}" if (variant, t) in means.index else "-" for t in tasks]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def curve(group: pd.DataFrame, grid):
     """The seeds' learning curves on a common step grid: each seed's return averaged over a trailing window of
     episodes, interpolated between its episodes' end steps; NaN before its first episode ends, and its last value
@@ -602,6 +675,9 @@ def main(argv=None):
             "The figures below draw the default's mean and band on every variant's panel.\n\n"
         )
         sections.append("## Each variant against the default\n\n" + note + ablation_table(ablations) + "\n")
+    random_scores = data / "random.csv"  # benchmark/random_scores.py
+    if random_scores.exists() and set(runs["variant"]) <= set(PAPER_TABLE1):
+        sections.append("## The PPO paper's Table 1\n\n" + table1_section(runs, pd.read_csv(random_scores)) + "\n")
     sections.append("## Learning curves\n")
     for env_id, env_runs in runs.groupby("env_id"):
         png = f"{env_id}.png"

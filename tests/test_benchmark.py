@@ -851,3 +851,32 @@ def test_random_scores_play_the_registered_episodes_with_random_actions(tmp_path
     committed = list(csv.DictReader((ROOT / "benchmark/results/table1/data/random.csv").open()))
     counts = {env_id: sum(r["env_id"] == env_id for r in committed) for env_id in random_scores.MUJOCO_TASKS}
     assert counts == dict.fromkeys(random_scores.MUJOCO_TASKS, 100)
+
+
+def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting():
+    """A hand-computed case. Task A: random 0, clip-0.2 seeds 10 and 20 (mean 15, the best), unclipped 5 and -5
+    -> clip-0.2 normalized 10/15 and 20/15, unclipped 1/3 and -1/3. Task B: random -10, clip-0.2 -10 and 10, unclipped
+    30 and 50 (mean 40, the best: 50 above random) -> clip-0.2 0 and 0.4, unclipped 0.8 and 1.2."""
+    runs = pd.DataFrame(
+        [(env, variant, seed, score) for env, variant, scores in (
+            ("A", "clip-0.2", (10, 20)), ("A", "unclipped", (5, -5)), ("B", "clip-0.2", (-10, 10)), ("B", "unclipped", (30, 50)))
+         for seed, score in zip((1, 2), scores)],
+        columns=["env_id", "variant", "seed", "score"],
+    )  # fmt: skip
+    random = pd.DataFrame({"env_id": ["A", "A", "B", "B"], "return": [-1.0, 1.0, -12.0, -8.0]})
+    normalized = report.normalized_scores(runs, random).set_index(["env_id", "variant", "seed"])["normalized"]
+    expected = {("A", "clip-0.2", 1): 10 / 15, ("A", "clip-0.2", 2): 20 / 15, ("A", "unclipped", 1): 1 / 3,
+                ("A", "unclipped", 2): -1 / 3, ("B", "clip-0.2", 1): 0.0, ("B", "clip-0.2", 2): 0.4,
+                ("B", "unclipped", 1): 0.8, ("B", "unclipped", 2): 1.2}  # fmt: skip
+    for key, value in expected.items():
+        assert normalized[key] == pytest.approx(value)
+    # the interval resamples seeds within tasks: clip-0.2's draws average one A value and one B value per seed slot,
+    # so its extremes are (10/15 + 0) / 2 and (20/15 + 0.4) / 2
+    clip = report.normalized_scores(runs, random).query("variant == 'clip-0.2'")
+    low, high = report.table1_interval(clip)
+    assert (10 / 15) / 2 - 1e-9 <= low < clip["normalized"].mean() < high <= (20 / 15 + 0.4) / 2 + 1e-9
+    same = clip.assign(normalized=0.5)
+    assert report.table1_interval(same) == pytest.approx((0.5, 0.5))
+    text = report.table1_section(runs, random)
+    assert "| clip-0.2 | 4 of 6 | 0.60 [" in text and "| 0.82 |" in text  # mean (10/15 + 20/15 + 0 + 0.4) / 4 = 0.6
+    assert "| kl-fixed-10 | 0 of 6 | - | 0.69 |" in text
