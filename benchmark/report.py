@@ -508,6 +508,33 @@ def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
     return "\n".join(lines)
 
 
+def plot_table1(runs: pd.DataFrame, random: pd.DataFrame, path: Path):
+    """The eleven settings' average normalized scores at a glance: ours (a dot and its 95% interval; hollow while a
+    setting's runs are incomplete) beside the paper's (a cross), one row per setting, 0 the random policy."""
+    normalized = normalized_scores(runs, random)
+    full = runs["env_id"].nunique() * 3
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for row, (variant, paper) in enumerate(PAPER_TABLE1.items()):
+        group = normalized[normalized["variant"] == variant]
+        ax.plot(paper, row, "x", color="tab:gray", markersize=8, label="paper" if row == 0 else None)
+        if len(group):
+            low, high = table1_interval(group)
+            ax.plot([low, high], [row, row], color="tab:blue", linewidth=2)
+            face = "tab:blue" if len(group) == full else "white"
+            ax.plot(group["normalized"].mean(), row, "o", color="tab:blue", markerfacecolor=face,
+                    label="ours (hollow: runs missing)" if row == 0 or variant == "clip-0.2" else None)  # fmt: skip
+    ax.axvline(0, color="black", linewidth=0.5)
+    ax.set_yticks(range(len(PAPER_TABLE1)), list(PAPER_TABLE1))
+    ax.invert_yaxis()
+    ax.set_xlabel("average normalized score (random policy 0, best setting 1 per task)")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), loc="lower left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def curve(group: pd.DataFrame, grid):
     """The seeds' learning curves on a common step grid: each seed's return averaged over a trailing window of
     episodes, interpolated between its episodes' end steps; NaN before its first episode ends, and its last value
@@ -677,7 +704,9 @@ def main(argv=None):
         sections.append("## Each variant against the default\n\n" + note + ablation_table(ablations) + "\n")
     random_scores = data / "random.csv"  # benchmark/random_scores.py
     if random_scores.exists() and set(runs["variant"]) <= set(PAPER_TABLE1):
-        sections.append("## The PPO paper's Table 1\n\n" + table1_section(runs, pd.read_csv(random_scores)) + "\n")
+        random = pd.read_csv(random_scores)
+        plot_table1(runs, random, output / "table1.png")
+        sections.append("## The PPO paper's Table 1\n\n![Table 1](table1.png)\n\n" + table1_section(runs, random) + "\n")
     sections.append("## Learning curves\n")
     for env_id, env_runs in runs.groupby("env_id"):
         png = f"{env_id}.png"

@@ -853,7 +853,7 @@ def test_random_scores_play_the_registered_episodes_with_random_actions(tmp_path
     assert counts == dict.fromkeys(random_scores.MUJOCO_TASKS, 100)
 
 
-def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting():
+def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting(tmp_path):
     """A hand-computed case. Task A: random 0, clip-0.2 seeds 10 and 20 (mean 15, the best), unclipped 5 and -5
     -> clip-0.2 normalized 10/15 and 20/15, unclipped 1/3 and -1/3. Task B: random -10, clip-0.2 -10 and 10, unclipped
     30 and 50 (mean 40, the best: 50 above random) -> clip-0.2 0 and 0.4, unclipped 0.8 and 1.2."""
@@ -880,3 +880,5 @@ def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting()
     text = report.table1_section(runs, random)
     assert "| clip-0.2 | 4 of 6 | 0.60 [" in text and "| 0.82 |" in text  # mean (10/15 + 20/15 + 0 + 0.4) / 4 = 0.6
     assert "| kl-fixed-10 | 0 of 6 | - | 0.69 |" in text
+    report.plot_table1(runs, random, tmp_path / "table1.png")
+    assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
