@@ -29,9 +29,10 @@ def pip_installs(text):
     return sorted(" ".join(a for a in c.split() if a != "--no-cache-dir") for c in commands)
 
 
-def readme_setup_block():
-    setup = README.read_text().split("## Set up and train", 1)[1]
-    return re.search(r"```bash\n(.*?)```", setup, re.S).group(1)
+def readme_block(heading):
+    """The first bash block of the README's section `heading`."""
+    section = README.read_text().split(f"## {heading}", 1)[1]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
 
 
 def test_hadolint_passes():
@@ -44,7 +45,7 @@ def test_hadolint_passes():
 
 def test_dockerfile_installs_what_the_readme_installs():
     docker_runs = "\n".join(line for line in DOCKERFILE.read_text().splitlines() if line.startswith("RUN"))
-    assert pip_installs(docker_runs) == pip_installs(readme_setup_block()) == ["-r requirements.txt"]
+    assert pip_installs(docker_runs) == pip_installs(readme_block("Set up and train")) == ["-r requirements.txt"]
     assert re.search(r"^COPY requirements\.txt ", DOCKERFILE.read_text(), re.M)
 
 
@@ -90,14 +91,8 @@ def docker_missing():
     return None if answered else "needs Docker: no Docker daemon answers `docker info`"
 
 
-def readme_docker_lines():
-    """The README's Docker block, a command a line (the build line first)."""
-    block = README.read_text().split("## Docker", 1)[1]
-    return re.search(r"```bash\n(.*?)```", block, re.S).group(1).strip().splitlines()
-
-
 def readme_line(start, contains=""):
-    (line,) = [line for line in readme_docker_lines() if line.startswith(start) and contains in line]
+    (line,) = [line for line in readme_block("Docker").strip().splitlines() if line.startswith(start) and contains in line]
     return line.replace("ppo-details", IMAGE)
 
 
