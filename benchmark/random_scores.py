@@ -52,7 +52,8 @@ def main(argv=None):
         for env_id in options.env_ids:
             rows = episode_returns(env_id, options.episodes, options.seed)
             writer.writerows((env_id, i, f"{total:.6g}", length) for i, (total, length) in enumerate(rows))
-            print(f"{env_id}: mean return {statistics.mean(r[0] for r in rows):.1f} over {len(rows)} episodes", file=sys.stderr)
+            mean = statistics.mean(r[0] for r in rows)
+            print(f"{env_id}: mean return {mean:.1f} over {len(rows)} episodes", file=sys.stderr)
 
 
 if __name__ == "__main__":

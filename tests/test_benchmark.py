@@ -859,7 +859,8 @@ def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting(t
     30 and 50 (mean 40, the best: 50 above random) -> clip-0.2 0 and 0.4, unclipped 0.8 and 1.2."""
     runs = pd.DataFrame(
         [(env, variant, seed, score) for env, variant, scores in (
-            ("A", "clip-0.2", (10, 20)), ("A", "unclipped", (5, -5)), ("B", "clip-0.2", (-10, 10)), ("B", "unclipped", (30, 50)))
+            ("A", "clip-0.2", (10, 20)), ("A", "unclipped", (5, -5)),
+            ("B", "clip-0.2", (-10, 10)), ("B", "unclipped", (30, 50)))
          for seed, score in zip((1, 2), scores)],
         columns=["env_id", "variant", "seed", "score"],
     )  # fmt: skip

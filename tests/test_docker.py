@@ -160,7 +160,8 @@ def test_a_benchmark_matrix_and_its_report_land_on_the_host(image, host):
     """The README's benchmark and report lines on a two-run matrix of a few thousand steps: the runs and the report
     (README.md, its figure, data/runs.csv) are on the host."""
     shell(readme_line("docker run", "benchmark/run.py")
-          + " --env-ids InvertedPendulum-v5 --seeds 1 2 --total-timesteps 2048 --flags=--no-compile --workers 2", host)  # fmt: skip
+          + " --env-ids InvertedPendulum-v5 --seeds 1 2 --total-timesteps 2048 --flags=--no-compile --workers 2",
+          host)  # fmt: skip
     shell(readme_line("docker run", "benchmark/report.py"), host)
     out = host / "runs" / "mujoco"
     assert len(list(out.glob("InvertedPendulum-v5/default/seed*/done.json"))) == 2
