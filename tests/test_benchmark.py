@@ -883,3 +883,22 @@ def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting(t
     assert "| kl-fixed-10 | 0 of 6 | - | 0.69 |" in text
     report.plot_table1(runs, random, tmp_path / "table1.png")
     assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table1_curves_stand_each_family_by_its_best_setting_per_task(tmp_path):
+    """Task A: clip-0.1 mean 5, clip-0.3 mean 7 -> clipping is clip-0.3; kl-fixed-1 and kl-fixed-3 (means 2 and 1) ->
+    kl-fixed-1; unclipped alone. Task B: clip-0.1 mean 9 beats clip-0.3's 3; kl-adaptive-0.03 alone."""
+    scores = {("A", "clip-0.1"): (4, 6), ("A", "clip-0.3"): (8, 6), ("A", "kl-fixed-1"): (1, 3), ("A", "kl-fixed-3"): (1, 1),
+              ("A", "unclipped"): (0, -2), ("B", "clip-0.1"): (9, 9), ("B", "clip-0.3"): (2, 4),
+              ("B", "kl-adaptive-0.03"): (5, 5)}  # fmt: skip
+    runs = pd.DataFrame(
+        [(env, variant, seed, score, np.array([500, 1000]), np.array([score - 1.0, score]))
+         for (env, variant), pair in scores.items() for seed, score in zip((1, 2), pair)],
+        columns=["env_id", "variant", "seed", "score", "steps", "returns"],
+    )  # fmt: skip
+    best = {(env, family): variant for env, family, variant in report.family_best(runs).values}
+    assert best == {("A", "clipping"): "clip-0.3", ("A", "fixed KL"): "kl-fixed-1",
+                    ("A", "no clipping or penalty"): "unclipped", ("B", "clipping"): "clip-0.1",
+                    ("B", "adaptive KL"): "kl-adaptive-0.03"}  # fmt: skip
+    report.plot_table1_curves(runs, tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
