@@ -125,6 +125,8 @@ class Args:
     """(A4) repeat each action this many frames, sum their rewards and max-pool the last two frames; 1 turns it off"""
     warp_frame: bool = True
     """(A5) turn frames into 84x84 grayscale; off: the raw 210x160 RGB frames"""
+    gray_after_resize: bool = False
+    """(A5) resize the RGB frame to 84x84, then gray it with gymnasium's weights (as CleanRL); off: OpenCV's gray first"""
     frame_stack: int = 4
     """(A6) stack this many last frames into one observation (newest last); 1 turns it off"""
     clip_reward_sign: bool = True
@@ -180,7 +182,9 @@ def make_env(args: Args, idx: int, video_folder: str | None):
             env = atari_wrappers.FireResetEnv(env)  # A2
         if args.clip_reward_sign:
             env = atari_wrappers.ClipRewardEnv(env)  # A7
-        if args.warp_frame:
+        if args.warp_frame and args.gray_after_resize:  # A5 in gymnasium's order
+            env = gym.wrappers.GrayscaleObservation(gym.wrappers.ResizeObservation(env, (84, 84)), keep_dim=True)
+        elif args.warp_frame:
             env = atari_wrappers.WarpFrame(env, width=84, height=84)  # A5
         if args.frame_stack > 1:
             env = gym.wrappers.FrameStackObservation(env, args.frame_stack)  # A6

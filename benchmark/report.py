@@ -353,12 +353,13 @@ def floor_cell(value, spec):
     return "-" if value is None else "never" if np.isinf(value) else format(value, spec)
 
 
-def floor_table(runs: pd.DataFrame, env_id: str, peer: str):
-    """Ours (the default variant) and a peer on one env with a floor threshold: per seed the step at which each side
-    left the floor (floor_left_at) and its score, then rank_test of ours leaving later and of ours scoring lower; ""
-    unless both sides have runs."""
+def floor_table(runs: pd.DataFrame, env_id: str, peer: str, variant="default"):
+    """One variant of ours (the default, or one with a switch flipped) and a peer on one env with a floor threshold:
+    per seed the step at which each side left the floor (floor_left_at) and its score, then rank_test of ours leaving
+    later and of ours scoring lower; "" unless both sides have runs."""
     env_runs = runs[runs["env_id"] == env_id]
-    sides = [env_runs[env_runs["variant"] == v].set_index("seed") for v in ("default", peer)]
+    sides = [env_runs[env_runs["variant"] == v].set_index("seed") for v in (variant, peer)]
+    ours, whose = ("ours", "ours'") if variant == "default" else (variant, f"{variant}'s")  # a variant goes by its name
     if any(side.empty for side in sides):
         return ""
     threshold = FLOOR_THRESHOLDS[env_id]
@@ -367,7 +368,7 @@ def floor_table(runs: pd.DataFrame, env_id: str, peer: str):
         for side in sides
     ]
     lines = [
-        f"| seed | ours leaves the floor at step | {peer} leaves it at step | ours' score | {peer}'s score |",
+        f"| seed | {ours} leaves the floor at step | {peer} leaves it at step | {whose} score | {peer}'s score |",
         "| ---: | ---: | ---: | ---: | ---: |",
     ]
     for seed in sorted(set(sides[0].index) | set(sides[1].index)):
@@ -376,17 +377,20 @@ def floor_table(runs: pd.DataFrame, env_id: str, peer: str):
     pairs = len(sides[0]) * len(sides[1])
     later, lower = rank_test(left[0], left[1]), rank_test(sides[1]["score"], sides[0]["score"])
     lines.append("")
-    lines.append(f"- ours leaves the floor later: U = {later[0]:g} of {pairs} pairs, p = {three_digits(later[1])}")
-    lines.append(f"- ours' score is lower: U = {lower[0]:g} of {pairs} pairs, p = {three_digits(lower[1])}")
-    return f"### {env_id}: ours / {peer} (floor threshold {threshold:g})\n\n" + "\n".join(lines) + "\n"
+    lines.append(f"- {ours} leaves the floor later: U = {later[0]:g} of {pairs} pairs, p = {three_digits(later[1])}")
+    lines.append(f"- {whose} score is lower: U = {lower[0]:g} of {pairs} pairs, p = {three_digits(lower[1])}")
+    title = "ours" if variant == "default" else f"ours ({variant})"
+    return f"### {env_id}: {title} / {peer} (floor threshold {threshold:g})\n\n" + "\n".join(lines) + "\n"
 
 
 def floor_section(runs: pd.DataFrame, peers):
-    """The "Leaving the floor" section: floor_table for ours against each peer on each env with a floor threshold; ""
-    where there is none."""
+    """The "Leaving the floor" section: floor_table for each variant of ours against each peer on each env with a floor
+    threshold; "" where there is none."""
+    ours = variant_order(set(runs["variant"]) - set(peers))
     tables = [
-        floor_table(runs, env_id, peer)
+        floor_table(runs, env_id, peer, variant)
         for env_id in sorted(set(runs["env_id"]) & set(FLOOR_THRESHOLDS))
+        for variant in ours
         for peer in variant_order(peers)
     ]
     if not any(tables):
@@ -494,34 +498,18 @@ def plot_table1_curves(runs: pd.DataFrame, path: Path):
     """One panel per task, one line per family of objectives: the family's best setting on that task (named in the
     legend), its seeds' mean learning curve with a band of one standard deviation."""
     tasks = sorted(runs["env_id"].unique())
-    cols = min(4, len(tasks))
-    rows = -(-len(tasks) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharex=True)
+    fig, axes = panels_figure(len(tasks), sharey=False)
     colors = dict(zip(TABLE1_FAMILIES.values(), ["tab:red", "tab:blue", "tab:green", "tab:purple"]))
     best = family_best(runs)
     for ax, env_id in zip(axes.flat, tasks):
         env_runs = runs[runs["env_id"] == env_id]
         grid = np.linspace(0, max(s[-1] for s in env_runs["steps"]), CURVE_POINTS)
         for family, variant in best[best["env_id"] == env_id][["family", "variant"]].values:
-            curves = curve(env_runs[env_runs["variant"] == variant], grid)
-            with warnings.catch_warnings():  # grid points before a seed's first episode are NaN in every seed
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean, std = np.nanmean(curves, axis=0), np.nanstd(curves, axis=0)
-            ax.plot(grid, mean, color=colors[family], label=f"{family}: {variant} ({seeds(curves)})")
-            ax.fill_between(grid, mean - std, mean + std, color=colors[family], alpha=0.15)
+            draw_curve(ax, env_runs[env_runs["variant"] == variant], grid, colors[family], f"{family}: {variant}")
         ax.set_title(env_id, fontsize=9)
         ax.legend(fontsize=6, loc="upper left")
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(tasks) :]:
-        ax.axis("off")
-    for ax in axes[-1]:
-        ax.set_xlabel("env steps")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("episodic return")
-    fig.suptitle("Each family's best setting per task: mean ± std over seeds", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    finish_panels(fig, axes, len(tasks), "Each family's best setting per task: mean ± std over seeds", path)
 
 
 def normalized_scores(runs: pd.DataFrame, random: pd.DataFrame):
@@ -605,6 +593,37 @@ def plot_table1(runs: pd.DataFrame, random: pd.DataFrame, path: Path):
     plt.close(fig)
 
 
+def panels_figure(count: int, sharey=True):
+    """A figure of `count` panels of learning curves, four to a row."""
+    cols = min(4, count)
+    rows = -(-count // cols)
+    return plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharex=True, sharey=sharey)
+
+
+def draw_curve(ax, group: pd.DataFrame, grid, color, label):
+    """The mean of a group of seeds' learning curves (curve) with a band of one standard deviation."""
+    curves = curve(group, grid)
+    with warnings.catch_warnings():  # grid points before a seed's first episode are NaN in every seed
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, std = np.nanmean(curves, axis=0), np.nanstd(curves, axis=0)
+    ax.plot(grid, mean, color=color, label=f"{label} ({seeds(curves)})")
+    ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2)
+
+
+def finish_panels(fig, axes, used: int, title: str, path: Path):
+    """Blank the unused panels, label the axes, title the figure and write it to path."""
+    for ax in axes.flat[used:]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("env steps")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("episodic return")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))  # room for the title
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def curve(group: pd.DataFrame, grid):
     """The seeds' learning curves on a common step grid: each seed's return averaged over a trailing window of
     episodes, interpolated between its episodes' end steps; NaN before its first episode ends, and its last value
@@ -632,35 +651,19 @@ def plot_env(env_runs: pd.DataFrame, env_id: str, path: Path, peers=()):
     variants = variant_order(env_runs["variant"].unique())
     grid = np.linspace(0, max(s[-1] for s in env_runs["steps"]), CURVE_POINTS)
     panels = variants if len(variants) == 1 or "default" not in variants else [v for v in variants if v != "default"]
-    cols = min(4, len(panels))
-    rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharex=True, sharey=True)
+    fig, axes = panels_figure(len(panels))
     for ax, variant in zip(axes.flat, panels):
         behind = "tab:blue" if variant in peers else "grey"
         shown = [("default", behind)] if variant != "default" and "default" in variants else []
         for name, color in shown + [(variant, "tab:orange" if variant in peers else "tab:blue")]:
-            curves = curve(env_runs[env_runs["variant"] == name], grid)
-            with warnings.catch_warnings():  # grid points before a seed's first episode are NaN in every seed
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean, std = np.nanmean(curves, axis=0), np.nanstd(curves, axis=0)
             label = "ours (default)" if name == "default" and variant in peers else name
-            ax.plot(grid, mean, color=color, label=f"{label} ({seeds(curves)})")
-            ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2)
+            draw_curve(ax, env_runs[env_runs["variant"] == name], grid, color, label)
         if reference_reached(env_id, grid[-1]):
             ax.axhline(REFERENCE_SCORES[env_id][0], color="black", linestyle=":", linewidth=1, label="reference")
         ax.set_title(variant if len(panels) > 1 else env_id, fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
         ax.grid(alpha=0.3)
-    for ax in axes.flat[len(panels) :]:
-        ax.axis("off")
-    for ax in axes[-1]:
-        ax.set_xlabel("env steps")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("episodic return")
-    fig.suptitle(f"{env_id}: mean ± std over seeds", fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.96))  # room for the title
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    finish_panels(fig, axes, len(panels), f"{env_id}: mean ± std over seeds", path)
 
 
 def aggregate_iqm(runs: pd.DataFrame):

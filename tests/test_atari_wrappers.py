@@ -184,6 +184,34 @@ def test_warp_frame_is_84x84_grayscale():
     assert gray.shape == (84, 84, 1) and np.all(np.abs(gray.astype(int) - 90) <= 1)
 
 
+def test_gray_after_resize_is_gymnasiums_order_and_weights_on_real_pong_frames():
+    """The reference grays (OpenCV: 0.299 R + 0.587 G + 0.114 B, rounded) and then area-resizes; --gray-after-resize
+    area-resizes the RGB frame and then grays it with gymnasium's weights (0.2125, 0.7154, 0.0721, truncated), as
+    CleanRL's stack does. Both computed here from the raw frame with OpenCV and numpy alone."""
+    import ale_py  # noqa: F401
+    import cv2
+
+    raw = gym.make("PongNoFrameskip-v4")
+    frame, _ = raw.reset(seed=3)
+    for _ in range(60):  # into the rally: ball and both paddles on screen
+        frame, *_ = raw.step(0)
+    reference = cv2.resize(cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY), (84, 84), interpolation=cv2.INTER_AREA)
+    resized = cv2.resize(frame, (84, 84), interpolation=cv2.INTER_AREA).astype(np.float64)
+    gymnasium_order = np.sum(resized * np.array([0.2125, 0.7154, 0.0721]), axis=-1).astype(np.uint8)
+    observed = {}
+    for after in (False, True):
+        args = atari.Args(env_id="PongNoFrameskip-v4", **{**ALL_OFF, "warp_frame": True}, gray_after_resize=after)
+        env = atari.make_env(args, 1, "test")()
+        obs, _ = env.reset(seed=3)
+        for _ in range(60):
+            obs, *_ = env.step(0)
+        assert obs.shape == (84, 84, 1) and obs.dtype == np.uint8
+        observed[after] = obs[..., 0]
+    np.testing.assert_array_equal(observed[False], reference)
+    np.testing.assert_array_equal(observed[True], gymnasium_order)
+    assert (reference != gymnasium_order).mean() > 0.5  # the background alone differs: 87 against 83
+
+
 def test_real_breakout_observations_stay_uint8_until_the_network():
     args = atari.Args(num_envs=2)
     envs = atari.make_envs(args, "test")

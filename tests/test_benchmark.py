@@ -531,6 +531,20 @@ def test_floor_section_sets_ours_against_a_peer_per_seed_with_both_tests(monkeyp
     assert "- ours leaves the floor later: U = 6 of 9 pairs, p = 0.35" in section
     assert "- ours' score is lower: U = 6.5 of 9 pairs, p = 0.25" in section
     assert report.floor_section(pd.DataFrame(rows[6:]), {"theirs": "their_ppo.py"}) == ""  # B alone
+    # a variant of ours with a switch flipped gets its own table against the peer: seeds 1 and 2 leave at 2,000
+    # (spacing 100); later than the peer's 2,000 (a tie, 1/2), never and 4,000: U = 1/2 + 1/2 = 1 of 6 pairs
+    switched = [
+        {"env_id": "A", "variant": "switch", "seed": seed, "score": score, "steps": np.arange(1, 26) * 100}
+        | {"returns": np.full(25, 1.0)}
+        for seed, score in ((1, 10.0), (2, 12.0))
+    ]
+    section = report.floor_section(pd.DataFrame(rows + switched), {"theirs": "their_ppo.py"})
+    default, switch = section.split("### ")[1:]
+    assert default.startswith("A: ours / theirs") and switch.startswith("A: ours (switch) / theirs (floor threshold 0)")
+    table = [line for line in switch.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert table == ["| 1 | 2,000 | 2,000 | 10.0 | 9.0 |", "| 2 | 2,000 | never | 12.0 | 1.0 |", "| 4 | - | 4,000 | - | 7.0 |"]
+    assert "- switch leaves the floor later: U = 1 of 6 pairs" in switch
+    assert "- switch's score is lower: U = 0 of 6 pairs" in switch
 
 def test_a_reference_score_comes_with_the_steps_it_was_taken_at():
     """The PPO paper's Atari scores are after 10M steps (its Table 6), CleanRL's MuJoCo ones at 1M: the table says so,

@@ -70,6 +70,7 @@ BAD_INPUTS = [
     ("ppo_atari", ["--frame-stack", "0"], "--frame-stack"),
     ("ppo_atari", ["--num-minibatches", "3"], "--num-minibatches"),
     ("ppo_atari", ["--vector-env", "envpool", "--capture-video"], "--vector-env sync"),
+    ("ppo_atari", ["--vector-env", "envpool", "--gray-after-resize"], "--gray-after-resize"),
     ("ppo_atari", ["--eval-checkpoint", "corrupt.pt"], "--eval-checkpoint"),
     ("ppo_atari", ["--torch-threads", "-1"], "--torch-threads"),
     ("ppo_rnn", ["--num-envs", "6", "--num-minibatches", "4"], "--num-envs"),
