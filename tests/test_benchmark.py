@@ -899,6 +899,18 @@ def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting(t
     assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_readme_shows_table1_as_the_committed_report_has_it():
+    """The README's Table 1 rows and its count of runs are the committed report's, which rebuilds from the data: a
+    README left behind when runs land fails here."""
+    readme = (ROOT / "README.md").read_text()
+    results = (ROOT / "benchmark/results/table1/README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.split(" | ")[0][2:] in report.PAPER_TABLE1]
+    assert [row.split(" | ")[0][2:] for row in rows] == list(report.PAPER_TABLE1)
+    assert all(row in results.splitlines() for row in rows)
+    runs = len(pd.read_csv(ROOT / "benchmark/results/table1/data/runs.csv"))
+    assert f"{runs} of 231 runs are in" in readme and f"{runs} of 231 runs are in" in results
+
+
 def test_table1_curves_stand_each_family_by_its_best_setting_per_task(tmp_path):
     """Task A: clip-0.1 mean 5, clip-0.3 mean 7 -> clipping is clip-0.3; kl-fixed-1 and kl-fixed-3 (means 2 and 1) ->
     kl-fixed-1; unclipped alone. Task B: clip-0.1 mean 9 beats clip-0.3's 3; kl-adaptive-0.03 alone."""
