@@ -160,6 +160,8 @@ def check_args(args, world_size=None) -> None:
         raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
     if args.vector_env == "envpool" and getattr(args, "noop_max", 1) == 0:
         raise ArgError("envpool cannot turn A1 off (--noop-max 0); add --vector-env sync")
+    if getattr(args, "gray_after_resize", False) and not args.warp_frame:
+        raise ArgError("--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two")
     if args.vector_env == "envpool" and getattr(args, "gray_after_resize", False):
         raise ArgError("envpool grays its frames its own way, not with --gray-after-resize; add --vector-env sync")
 

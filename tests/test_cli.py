@@ -71,6 +71,7 @@ BAD_INPUTS = [
     ("ppo_atari", ["--num-minibatches", "3"], "--num-minibatches"),
     ("ppo_atari", ["--vector-env", "envpool", "--capture-video"], "--vector-env sync"),
     ("ppo_atari", ["--vector-env", "envpool", "--gray-after-resize"], "--gray-after-resize"),
+    ("ppo_atari", ["--no-warp-frame", "--gray-after-resize"], "--gray-after-resize"),
     ("ppo_atari", ["--eval-checkpoint", "corrupt.pt"], "--eval-checkpoint"),
     ("ppo_atari", ["--torch-threads", "-1"], "--torch-threads"),
     ("ppo_rnn", ["--num-envs", "6", "--num-minibatches", "4"], "--num-envs"),
