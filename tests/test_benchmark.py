@@ -899,6 +899,27 @@ def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting(t
     assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_table1_claims_are_checked_once_their_settings_are_complete():
+    """Hand-made normalized scores on two tasks, one seed each (a full setting: 2 runs). Every setting scores 0.5 on
+    both tasks but clip-0.2 (0.9, 1.0: mean 0.95), kl-fixed-3 (0.8, 0.8) and unclipped (-0.5 on A, 0.2 on B): clip-0.2
+    ranks 1 of 11, unclipped is below random on A only, the best KL setting kl-fixed-3 is 0.15 behind. Raising clip-0.3
+    to 1.0 on both makes it rank 2; dropping one kl-fixed-10 run leaves claims 1 and 3 waiting, claim 2 checked."""
+    values = dict.fromkeys(report.PAPER_TABLE1, (0.5, 0.5)) | {
+        "clip-0.2": (0.9, 1.0), "kl-fixed-3": (0.8, 0.8), "unclipped": (-0.5, 0.2)}  # fmt: skip
+    rows = [(env, variant, value) for variant, pair in values.items() for env, value in zip("AB", pair)]
+    normalized = pd.DataFrame(rows, columns=["env_id", "variant", "normalized"])
+    text = report.table1_claims(normalized, full=2)
+    assert "scores best: ours ranks it 1 of 11 (0.95): supported." in text
+    assert "on at least one task: supported on A." in text
+    assert "the best of them, kl-fixed-3, scores 0.80 against clip-0.2's 0.95 (-0.15;" in text
+    higher = normalized.assign(normalized=normalized["normalized"].where(normalized["variant"] != "clip-0.3", 1.0))
+    assert "ours ranks it 2 of 11 (0.95): not supported, clip-0.3 scores 1.00." in report.table1_claims(higher, full=2)
+    short = normalized.drop(normalized.index[(normalized["variant"] == "kl-fixed-10") & (normalized["env_id"] == "B")])
+    text = report.table1_claims(short, full=2)
+    assert "scores best: not yet (1 of its 22 runs to come)." in text
+    assert "supported on A." in text and "close behind: not yet (1 of its 16 runs to come)." in text
+
+
 def test_the_readme_shows_table1_as_the_committed_report_has_it():
     """The README's Table 1 rows and its count of runs are the committed report's, which rebuilds from the data: a
     README left behind when runs land fails here."""
