@@ -435,8 +435,8 @@ def ablation_table(runs: pd.DataFrame):
             else:
                 verdict = "overlapping"
             lines.append(
-                f"| {env_id} | {variant} | {len(scores)} | {scores.mean():.1f} [{low:.1f}, {high:.1f}] | {change:+.0%} | {better} "
-                f"| {verdict} |"
+                f"| {env_id} | {variant} | {len(scores)} | {scores.mean():.1f} [{low:.1f}, {high:.1f}] | {change:+.0%} "
+                f"| {better} | {verdict} |"
             )
     return "\n".join(lines)
 

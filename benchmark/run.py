@@ -363,7 +363,8 @@ def main(argv=None):
     parser.add_argument("--out", help="folder of the runs (default: benchmark/runs/<preset or script name>)")
     parser.add_argument(
         "--results",
-        help="report folder whose data/runs.csv lists runs not to run again (default: benchmark/results/<preset or script name>)",
+        help="report folder whose data/runs.csv lists runs not to run again "
+        "(default: benchmark/results/<preset or script name>)",
     )
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="runs at the same time (default: the CPUs)")
     parser.add_argument("--index", type=int, help="run only the run with this index in the matrix (for array jobs)")
@@ -419,8 +420,8 @@ def main(argv=None):
                 eta = sum(durations) / len(durations) * -(-remaining // options.workers)  # rounds of runs still to come
                 said = {"failed": f"FAILED (see {run.folder(out) / 'output.log'})", "stopped": "STOPPED by a signal"}
                 print(
-                    f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {said.get(status, status)} in {seconds:.0f} s; "
-                    f"about {eta / 60:.0f} min left",
+                    f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {said.get(status, status)} "
+                    f"in {seconds:.0f} s; about {eta / 60:.0f} min left",
                     flush=True,
                 )
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runs save a checkpoint and exit, no new run starts

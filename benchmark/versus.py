@@ -103,7 +103,10 @@ def main(argv=None):
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("ours", help="our script, e.g. ppo_continuous_action.py (relative to the repository's root)")
-    parser.add_argument("peer", help="the peer's script, e.g. $CLEANRL_DIR/ppo_continuous_action.py (CLEANRL_DIR: the folder of CleanRL's scripts)")
+    parser.add_argument(
+        "peer",
+        help="the peer's script, e.g. $CLEANRL_DIR/ppo_continuous_action.py (CLEANRL_DIR: the folder of CleanRL's scripts)",
+    )
     parser.add_argument("--env-id", required=True)
     parser.add_argument("--total-timesteps", type=int, required=True)
     parser.add_argument("--seed", type=int, default=1)

@@ -303,7 +303,7 @@ def evaluate(args, make_envs, Agent):
         next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
         episodic_returns += [episodic_return for _, episodic_return in finished_episodes(infos)]
     envs.close()
-    print(
-        f"eval {args.eval_checkpoint} on {env_id}: mean return {np.mean(episodic_returns):.1f} +- {np.std(episodic_returns):.1f} over {len(episodic_returns)} episodes"
-    )
+    mean, std = np.mean(episodic_returns), np.std(episodic_returns)
+    episodes = len(episodic_returns)
+    print(f"eval {args.eval_checkpoint} on {env_id}: mean return {mean:.1f} +- {std:.1f} over {episodes} episodes")
     return episodic_returns

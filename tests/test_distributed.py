@@ -174,8 +174,10 @@ def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     the command; the torchrun command continues the same run and schedule to the step budget."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     total = 2 * 128 * 100  # 100 updates of 2 ranks: 10-30 s
-    proc = subprocess.Popen(torchrun(*PENDULUM, "--total-timesteps", str(total), "--checkpoint-interval", "1"), cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    command = torchrun(*PENDULUM, "--total-timesteps", str(total), "--checkpoint-interval", "1")
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     deadline = time.time() + 120
     while not glob.glob(str(tmp_path / "runs" / "*" / "agent.pt")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)

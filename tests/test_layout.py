@@ -15,7 +15,8 @@ NAMES = (CONTINUOUS, ATARI, RNN)
 
 # the top-level definitions all three scripts have, and those only one has
 SHARED = {"Args", "make_env", "make_envs", "layer_init", "Agent", "compute_gae", "normalize_advantages", "policy_loss",
-          "value_loss", "adapt_kl_beta", "ppo_loss", "ppo_backward", "update_policy", "batch_kl", "truncation_bootstrap", "train"}  # fmt: skip
+          "value_loss", "adapt_kl_beta", "ppo_loss", "ppo_backward", "update_policy", "batch_kl", "truncation_bootstrap",
+          "train"}  # fmt: skip
 ONLY_IN = {CONTINUOUS: set(), ATARI: set(), RNN: {"env_minibatches"}}  # B3: minibatches of whole env sequences
 
 # the definitions each pair of neighbouring scripts may word differently; everything else they share is byte-identical

@@ -100,7 +100,8 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
 
     def restore_and_look(resumed, agent, optimizer, envs, rank, args):
         done = restore(resumed, agent, optimizer, envs, rank, args)
-        restored.update(model={k: v.clone() for k, v in agent.state_dict().items()}, adam_steps=adam_steps(optimizer.state_dict()))
+        model = {k: v.clone() for k, v in agent.state_dict().items()}
+        restored.update(model=model, adam_steps=adam_steps(optimizer.state_dict()))
         return done
 
     restore = module.restore
