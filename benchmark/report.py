@@ -298,8 +298,8 @@ def three_digits(value):
     return f"{float(f'{value:.3g}'):,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
-def statistics_table(episodes: pd.DataFrame, stats: pd.DataFrame, env_id: str, peer: str, windows=4):
-    """Ours (the default variant) and a peer on one env at equal steps: each training statistic (STATS) averaged over
+def statistics_table(episodes: pd.DataFrame, stats: pd.DataFrame, env_id: str, peer: str, variant="default", windows=4):
+    """One variant of ours (the default, or one with a switch flipped) and a peer on one env at equal steps: each training statistic (STATS) averaged over
     the updates logged in each of `windows` equal spans of steps, and the episode length over the episodes that ended
     in it, then over seeds; each cell is "ours / peer" ("-" for a side that logged nothing there); "" unless both sides
     logged some."""
@@ -310,8 +310,8 @@ def statistics_table(episodes: pd.DataFrame, stats: pd.DataFrame, env_id: str, p
     if not long:
         return ""
     long = pd.concat(long).dropna(subset=["value"])
-    long = long[(long["env_id"] == env_id) & long["variant"].isin(["default", peer])]
-    if set(long["variant"]) != {"default", peer}:
+    long = long[(long["env_id"] == env_id) & long["variant"].isin([variant, peer])]
+    if set(long["variant"]) != {variant, peer}:
         return ""
     unit = 10 ** max(0, len(str(int(long["step"].max()))) - 2)  # the spans end at the last step rounded up to 2 digits
     edges = np.linspace(0, unit * np.ceil(long["step"].max() / unit), windows + 1)
@@ -321,7 +321,7 @@ def statistics_table(episodes: pd.DataFrame, stats: pd.DataFrame, env_id: str, p
     lines = ["| statistic | " + " | ".join(spans) + " |", "| --- |" + " ---: |" * windows]
     for name in [n for n in STATS + ["episodic_length"] if n in set(long["name"])]:
         cells = [
-            " / ".join(three_digits(means[name, v, w]) if (name, v, w) in means else "-" for v in ("default", peer))
+            " / ".join(three_digits(means[name, v, w]) if (name, v, w) in means else "-" for v in (variant, peer))
             for w in range(windows)
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -799,9 +799,14 @@ def main(argv=None):
             "ppo_atari.py counts an episode's length in emulator frames (its episode statistics wrap the env below the "
             "frame skip), ours in agent steps of 4 frames each.\n"
         )
-        pairs = [(env_id, peer) for env_id in sorted(runs["env_id"].unique()) for peer in variant_order(peers)]
-        statistics = [(env_id, peer, statistics_table(tables.episodes, tables.stats, env_id, peer)) for env_id, peer in pairs]
-        parts = [f"### {env_id}: ours / {peer}\n\n{text}\n" for env_id, peer, text in statistics if text]
+        ours = variant_order(set(runs["variant"]) - set(peers))
+        parts = [
+            f"### {env_id}: {'ours' if variant == 'default' else f'ours ({variant})'} / {peer}\n\n{text}\n"
+            for env_id in sorted(runs["env_id"].unique())
+            for variant in ours
+            for peer in variant_order(peers)
+            if (text := statistics_table(tables.episodes, tables.stats, env_id, peer, variant))
+        ]
         if parts:
             sections.append("## Training statistics against peers\n\n" + note + "\n" + "\n".join(parts))
     ablations = runs[~runs["variant"].isin(peers)]

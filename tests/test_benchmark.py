@@ -337,24 +337,34 @@ def test_report_sets_training_statistics_of_ours_and_a_peer_side_by_side_at_equa
     ours' seed 1 once more at step 6. Each cell is the mean over seeds of each seed's mean in the span: ours' first
     span (0.01 and 0.03 from seed 1, 0.03 from seed 2) is (0.02 + 0.03) / 2 = 0.025, not the pooled 0.0233; then
     (0.02 + 0.04) / 2 = 0.03, 0.04 and 0.05. The peer's seeds log 1 and 3 throughout: 2. Episode lengths: every
-    episode 100 long on our side and 200 on the peer's. An env with ours alone gets no table; the rebuild from the
-    data alone says the same."""
+    episode 100 long on our side and 200 on the peer's. A variant of ours (a switch flipped) gets its own table against
+    the peer: 0.5 throughout, 50-step episodes. An env with ours alone gets no table; the rebuild from the data alone
+    says the same."""
     kl = {1: [(5, 0.01), (6, 0.03), (15, 0.02), (25, 0.03), (35, 0.04)], 2: [(5, 0.03), (15, 0.04), (25, 0.05), (35, 0.06)]}
     for seed in (1, 2):
         logged_run(tmp_path / "runs" / "A" / "default" / f"seed{seed}", [1] * 4, length=100, approx_kl=kl[seed])
         peer_kl = [(step, 2.0 * seed - 1) for step in (5, 15, 25, 35)]
         logged_run(tmp_path / "runs" / "A" / "theirs" / f"seed{seed}", [1] * 4, 200, peer_kl, peer="their_ppo.py")
         logged_run(tmp_path / "runs" / "B" / "default" / f"seed{seed}", [1] * 4, length=100, approx_kl=kl[seed])
+        switch_kl = [(step, 0.5) for step in (5, 15, 25, 35)]
+        logged_run(tmp_path / "runs" / "A" / "switch" / f"seed{seed}", [1] * 4, length=50, approx_kl=switch_kl)
     first = report_of(tmp_path / "runs", tmp_path / "results")
     clone = tmp_path / "clone"
     shutil.copytree(tmp_path / "results" / "data", clone / "data")
     for text in (first, report_of(clone, clone)):
         section = text.split("## Training statistics against peers")[1].split("\n## ")[0]
-        assert "### A: ours / theirs" in section and "### B" not in section
-        rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in section.splitlines() if line.startswith("| ")}
+        assert "### B" not in section
+        tables = {part.split("\n")[0]: part for part in section.split("### ")[1:]}
+        assert list(tables) == ["A: ours / theirs", "A: ours (switch) / theirs"]
+        rows, switch = (
+            {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in table.splitlines() if line.startswith("| ")}
+            for table in tables.values()
+        )
         assert rows["statistic"][0] == "steps 0-9"  # 8.75 shown to the step
         assert rows["approx_kl"] == ["0.025 / 2", "0.03 / 2", "0.04 / 2", "0.05 / 2 |"]
         assert rows["episodic_length"] == ["100 / 200"] * 3 + ["100 / 200 |"]
+        assert switch["approx_kl"] == ["0.5 / 2"] * 3 + ["0.5 / 2 |"]
+        assert switch["episodic_length"] == ["50 / 200"] * 3 + ["50 / 200 |"]
 
 
 @pytest.mark.slow
