@@ -354,9 +354,9 @@ def floor_cell(value, spec):
 
 
 def floor_table(runs: pd.DataFrame, env_id: str, peer: str, variant="default"):
-    """One variant of ours (the default, or one with a switch flipped) and a peer on one env with a floor threshold:
-    per seed the step at which each side left the floor (floor_left_at) and its score, then rank_test of ours leaving
-    later and of ours scoring lower; "" unless both sides have runs."""
+    """One variant of ours (the default, or one with a switch flipped) and a peer (or, for the default, a variant of
+    ours) on one env with a floor threshold: per seed the step at which each side left the floor (floor_left_at) and
+    its score, then rank_test of ours leaving later and of ours scoring lower; "" unless both sides have runs."""
     env_runs = runs[runs["env_id"] == env_id]
     sides = [env_runs[env_runs["variant"] == v].set_index("seed") for v in (variant, peer)]
     ours, whose = ("ours", "ours'") if variant == "default" else (variant, f"{variant}'s")  # a variant goes by its name
@@ -385,13 +385,15 @@ def floor_table(runs: pd.DataFrame, env_id: str, peer: str, variant="default"):
 
 def floor_section(runs: pd.DataFrame, peers):
     """The "Leaving the floor" section: floor_table for each variant of ours against each peer on each env with a floor
-    threshold; "" where there is none."""
+    threshold, then ours' default against each of its variants (does the switch make ours leave earlier?); "" where
+    there is none."""
     ours = variant_order(set(runs["variant"]) - set(peers))
+    pairs = [(variant, peer) for variant in ours for peer in variant_order(peers)]
+    pairs += [("default", variant) for variant in ours if variant != "default"]
     tables = [
         floor_table(runs, env_id, peer, variant)
         for env_id in sorted(set(runs["env_id"]) & set(FLOOR_THRESHOLDS))
-        for variant in ours
-        for peer in variant_order(peers)
+        for variant, peer in pairs
     ]
     if not any(tables):
         return ""
@@ -399,10 +401,11 @@ def floor_section(runs: pd.DataFrame, peers):
         f"A run leaves a game's floor at the step of the first episode at which the mean of its last {FLOOR_WINDOW} "
         "episodes exceeds the game's floor threshold (never: not by its end). Each test is an exact one-sided rank test "
         "(Mann-Whitney U over all splits of the pooled seeds, a tie counting 1/2, never later than any step) of whether "
-        "ours leaves the floor later than the peer, and whether ours' score (its return in Scores) is lower; "
+        "ours leaves the floor later than the peer (or than a variant of ours, a switch flipped), and whether ours' "
+        "score (its return in Scores) is lower; "
         "U counts the pairs of seeds (ours, peer) that go that way.\n"
     )
-    return "## Leaving the floor (ours against peers)\n\n" + note + "\n" + "\n".join(t for t in tables if t)
+    return "## Leaving the floor (ours against peers and against its switches)\n\n" + note + "\n" + "\n".join(t for t in tables if t)
 
 
 def ablation_table(runs: pd.DataFrame):

@@ -549,12 +549,20 @@ def test_floor_section_sets_ours_against_a_peer_per_seed_with_both_tests(monkeyp
         for seed, score in ((1, 10.0), (2, 12.0))
     ]
     section = report.floor_section(pd.DataFrame(rows + switched), {"theirs": "their_ppo.py"})
-    default, switch = section.split("### ")[1:]
+    default, switch, against = section.split("### ")[1:]
     assert default.startswith("A: ours / theirs") and switch.startswith("A: ours (switch) / theirs (floor threshold 0)")
     table = [line for line in switch.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert table == ["| 1 | 2,000 | 2,000 | 10.0 | 9.0 |", "| 2 | 2,000 | never | 12.0 | 1.0 |", "| 4 | - | 4,000 | - | 7.0 |"]
     assert "- switch leaves the floor later: U = 1 of 6 pairs" in switch
     assert "- switch's score is lower: U = 0 of 6 pairs" in switch
+    # and ours' default against the switch: its 6,000, 8,000, 10,000 are later than both 2,000s, U = 6 of 6 pairs,
+    # reached by 1 of the C(5, 2) = 10 splits (p = 0.1); its scores 3, -2, 7 lie below the switch's 10 and 12: the same
+    assert against.startswith("A: ours / switch (floor threshold 0)")
+    table = [line for line in against.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert table == ["| 1 | 6,000 | 2,000 | 3.0 | 10.0 |", "| 2 | 8,000 | 2,000 | -2.0 | 12.0 |", "| 3 | 10,000 | - | 7.0 | - |"]
+    assert "- ours leaves the floor later: U = 6 of 6 pairs, p = 0.1" in against
+    assert "- ours' score is lower: U = 6 of 6 pairs, p = 0.1" in against
+
 
 def test_a_reference_score_comes_with_the_steps_it_was_taken_at():
     """The PPO paper's Atari scores are after 10M steps (its Table 6), CleanRL's MuJoCo ones at 1M: the table says so,
