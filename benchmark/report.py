@@ -298,7 +298,9 @@ def three_digits(value):
     return f"{float(f'{value:.3g}'):,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
-def statistics_table(episodes: pd.DataFrame, stats: pd.DataFrame, env_id: str, peer: str, variant="default", windows=4):
+def statistics_table(
+    episodes: pd.DataFrame, stats: pd.DataFrame, env_id: str, peer: str, variant="default", windows=4
+):
     """One variant of ours (the default, or one with a switch flipped) and a peer on one env at equal steps: each training statistic (STATS) averaged over
     the updates logged in each of `windows` equal spans of steps, and the episode length over the episodes that ended
     in it, then over seeds; each cell is "ours / peer" ("-" for a side that logged nothing there); "" unless both sides
@@ -405,7 +407,8 @@ def floor_section(runs: pd.DataFrame, peers):
         "score (its return in Scores) is lower; "
         "U counts the pairs of seeds (ours, peer) that go that way.\n"
     )
-    return "## Leaving the floor (ours against peers and against its switches)\n\n" + note + "\n" + "\n".join(t for t in tables if t)
+    heading = "## Leaving the floor (ours against peers and against its switches)\n\n"
+    return heading + note + "\n" + "\n".join(t for t in tables if t)
 
 
 def ablation_table(runs: pd.DataFrame):

@@ -559,7 +559,9 @@ def test_floor_section_sets_ours_against_a_peer_per_seed_with_both_tests(monkeyp
     # reached by 1 of the C(5, 2) = 10 splits (p = 0.1); its scores 3, -2, 7 lie below the switch's 10 and 12: the same
     assert against.startswith("A: ours / switch (floor threshold 0)")
     table = [line for line in against.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert table == ["| 1 | 6,000 | 2,000 | 3.0 | 10.0 |", "| 2 | 8,000 | 2,000 | -2.0 | 12.0 |", "| 3 | 10,000 | - | 7.0 | - |"]
+    assert table == [
+        "| 1 | 6,000 | 2,000 | 3.0 | 10.0 |", "| 2 | 8,000 | 2,000 | -2.0 | 12.0 |", "| 3 | 10,000 | - | 7.0 | - |"
+    ]
     assert "- ours leaves the floor later: U = 6 of 6 pairs, p = 0.1" in against
     assert "- ours' score is lower: U = 6 of 6 pairs, p = 0.1" in against
 
