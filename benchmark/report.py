@@ -303,8 +303,8 @@ def statistics_table(
 ):
     """One variant of ours (the default, or one with a switch flipped) and a peer on one env at equal steps: each
     training statistic (STATS) averaged over the updates logged in each of `windows` equal spans of steps, and the
-    episode length over the episodes that ended in it, then over seeds; each cell is "ours / peer" ("-" for a side that logged nothing there); "" unless both sides
-    logged some."""
+    episode length over the episodes that ended in it, then over seeds; each cell is "ours / peer" ("-" for a side
+    that logged nothing there); "" unless both sides logged some."""
     columns = KEYS + ["step"]
     long = [stats.melt(id_vars=columns, var_name="name")] if stats is not None else []
     if "episodic_length" in episodes:
