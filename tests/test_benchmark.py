@@ -932,6 +932,7 @@ def test_table1_claims_are_checked_once_their_settings_are_complete():
     assert "scores best: ours ranks it 1 of 11 (0.95): supported." in text
     assert "on at least one task: supported on A." in text
     assert "the best of them, kl-fixed-3, scores 0.80 against clip-0.2's 0.95 (-0.15;" in text
+    assert "(-0.15; the paper: 0.74 against 0.82, -0.08)." in text  # its Table 1: adaptive KL 0.01, clipping 0.2
     higher = normalized.assign(normalized=normalized["normalized"].where(normalized["variant"] != "clip-0.3", 1.0))
     assert "ours ranks it 2 of 11 (0.95): not supported, clip-0.3 scores 1.00." in report.table1_claims(higher, full=2)
     short = normalized.drop(normalized.index[(normalized["variant"] == "kl-fixed-10") & (normalized["env_id"] == "B")])
