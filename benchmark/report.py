@@ -5,7 +5,8 @@ variant's effect relative to it (the ablation table), or, for a peer (another pr
 --peer), the difference of ours from it with a bootstrap interval and a verdict: below, level or above, and the
 training statistics of both (losses, KL, clip fraction, entropy, episode length) side by side at equal steps. With
 the random policy's episodes in data/random.csv (benchmark/random_scores.py) and the table1 preset's settings, the
-PPO paper's Table 1: each setting's average normalized score beside the paper's, and each task's raw means.
+PPO paper's Table 1 first, in place of the IQM: each setting's average normalized score beside the paper's, and
+each task's raw means.
 
     python benchmark/report.py benchmark/runs/mujoco --output benchmark/results/mujoco   # runs -> data -> report
     python benchmark/report.py benchmark/results/mujoco                                 # rebuilt from the data alone
@@ -783,8 +784,18 @@ def main(argv=None):
 
     sections = [f"# Results: {output.name}\n"]
     sections.append("Produced by:\n\n```bash\n" + "\n".join(commands) + "\n```\n")
+    random_scores = data / "random.csv"  # benchmark/random_scores.py
+    table1 = random_scores.exists() and set(runs["variant"]) <= set(PAPER_TABLE1)
+    if table1:  # the paper's table comes first, and stands for the aggregate: each task scaled by its random policy
+        random = pd.read_csv(random_scores)  # and best setting, not by the reference's score for the default alone
+        plot_table1(runs, random, output / "table1.png")
+        plot_table1_curves(runs, output / "table1_curves.png")
+        sections.append(
+            "## The PPO paper's Table 1\n\n![Table 1](table1.png)\n\n" + table1_section(runs, random) + "\n\n"
+            + TABLE1_SETTINGS + "\n\n![Learning curves by family](table1_curves.png)\n"
+        )  # fmt: skip
     sections.append("## Scores\n\n" + score_table(runs, options.last) + "\n")
-    iqm = aggregate_iqm(runs) if runs["env_id"].nunique() > 1 else ""
+    iqm = aggregate_iqm(runs) if runs["env_id"].nunique() > 1 and not table1 else ""
     if iqm:
         sections.append("## Aggregate over tasks (rliable)\n\n" + iqm + "\n")
     table = tables.runs
@@ -825,15 +836,6 @@ def main(argv=None):
             "The figures below draw the default's mean and band on every variant's panel.\n\n"
         )
         sections.append("## Each variant against the default\n\n" + note + ablation_table(ablations) + "\n")
-    random_scores = data / "random.csv"  # benchmark/random_scores.py
-    if random_scores.exists() and set(runs["variant"]) <= set(PAPER_TABLE1):
-        random = pd.read_csv(random_scores)
-        plot_table1(runs, random, output / "table1.png")
-        plot_table1_curves(runs, output / "table1_curves.png")
-        sections.append(
-            "## The PPO paper's Table 1\n\n![Table 1](table1.png)\n\n" + table1_section(runs, random) + "\n\n"
-            + TABLE1_SETTINGS + "\n\n![Learning curves by family](table1_curves.png)\n"
-        )  # fmt: skip
     sections.append("## Learning curves\n")
     for env_id, env_runs in runs.groupby("env_id"):
         png = f"{env_id}.png"

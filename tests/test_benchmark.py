@@ -953,6 +953,27 @@ def test_the_readme_shows_table1_as_the_committed_report_has_it():
     assert f"{runs} of 231 runs are in" in readme and f"{runs} of 231 runs are in" in results
 
 
+@pytest.mark.slow
+def test_a_table1_report_opens_with_the_paper_table_and_drops_the_reference_iqm(tmp_path):
+    """Rebuilt from a slice of the committed data (two tasks): the paper's table is the first section after the
+    commands, and no IQM against the reference (CleanRL's default) stands beside it, which would divide a KL setting's
+    score by the clipped default's."""
+    committed = ROOT / "benchmark/results/table1/data"
+    data = tmp_path / "table1" / "data"
+    data.mkdir(parents=True)
+    tasks = ["Hopper-v5", "InvertedDoublePendulum-v5"]
+    for name in ("runs.csv", "episodes.csv.gz", "stats.csv.gz", "random.csv"):
+        table = pd.read_csv(committed / name)
+        table[table["env_id"].isin(tasks)].to_csv(data / name, index=False)
+    report.main([str(tmp_path / "table1")])
+    text = (tmp_path / "table1" / "README.md").read_text()
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    assert sections[:2] == ["## The PPO paper's Table 1", "## Scores"]
+    assert "## Aggregate over tasks" not in text
+    unclipped = (pd.read_csv(data / "runs.csv")["variant"] == "unclipped").sum()
+    assert f"| unclipped | {unclipped} of 6 |" in text  # 3 seeds x 2 tasks
+
+
 def test_table1_curves_stand_each_family_by_its_best_setting_per_task(tmp_path):
     """Task A: clip-0.1 mean 5, clip-0.3 mean 7 -> clipping is clip-0.3; kl-fixed-1 and kl-fixed-3 (means 2 and 1) ->
     kl-fixed-1; unclipped alone. Task B: clip-0.1 mean 9 beats clip-0.3's 3; kl-adaptive-0.03 alone."""
