@@ -236,21 +236,21 @@ def variant_order(variants):
 
 
 def score_table(runs: pd.DataFrame, last: int):
-    lines = [
-        f"| env | variant | seeds | return (mean of the last {last} episodes) | per seed | SPS | reference |",
-        "| --- | --- | ---: | ---: | --- | ---: | ---: |",
-    ]
+    """One row per env and variant; the reference column (a published score for the default) only where one exists."""
+    rows = []
     for env_id, env_runs in runs.groupby("env_id"):
         reference = REFERENCE_SCORES.get(env_id)
         for variant in variant_order(env_runs["variant"].unique()):
             group = env_runs[env_runs["variant"] == variant]
             ref = f"{reference[0]:g} ({reference[1]}, {REFERENCE_STEPS[reference[1]] / 1e6:g}M steps)" if reference else ""
             ref = ref if variant == "default" else ""
-            lines.append(
-                f"| {env_id} | {variant} | {len(group)} | {mean_std(group['score'])} | {per_seed(group)} "
-                f"| {group['sps'].mean():.0f} | {ref} |"
-            )
-    return "\n".join(lines)
+            row = f"| {env_id} | {variant} | {len(group)} | {mean_std(group['score'])} | {per_seed(group)} "
+            rows.append((row + f"| {group['sps'].mean():.0f} |", ref))
+    with_reference = any(ref for _, ref in rows)
+    header = f"| env | variant | seeds | return (mean of the last {last} episodes) | per seed | SPS |"
+    lines = [header + (" reference |" if with_reference else ""), "| --- | --- | ---: | ---: | --- | ---: |"]
+    lines[1] += " ---: |" if with_reference else ""
+    return "\n".join(lines + [row + (f" {ref} |" if with_reference else "") for row, ref in rows])
 
 
 def bootstrap_interval(values, reps=10_000, seed=0):

@@ -571,6 +571,8 @@ def test_a_reference_score_comes_with_the_steps_it_was_taken_at():
     and the figures draw a reference line only over runs that reach those steps (to within 10%)."""
     runs = pd.DataFrame([{"env_id": "BreakoutNoFrameskip-v4", "variant": "default", "seed": 1, "score": 50.0, "sps": 300}])
     assert report.score_table(runs, 100).splitlines()[2].endswith("| 274.8 (PPO paper, 10M steps) |")
+    no_reference = report.score_table(runs.assign(variant="clip-0.1"), 100).splitlines()  # an empty column is left out
+    assert [line.count("|") for line in no_reference] == [7, 7, 7] and no_reference[2].endswith("| 300 |")
     assert not report.reference_reached("BreakoutNoFrameskip-v4", 2_000_000)
     assert report.reference_reached("BreakoutNoFrameskip-v4", 10_000_000)
     assert report.reference_reached("Hopper-v5", 999_424) and not report.reference_reached("Hopper-v5", 100_000)
