@@ -514,7 +514,7 @@ def plot_table1_curves(runs: pd.DataFrame, path: Path):
         for family, variant in best[best["env_id"] == env_id][["family", "variant"]].values:
             draw_curve(ax, env_runs[env_runs["variant"] == variant], grid, colors[family], f"{family}: {variant}")
         ax.set_title(env_id, fontsize=9)
-        ax.legend(fontsize=6, loc="upper left")
+        ax.legend(fontsize=6, loc="best")
         ax.grid(alpha=0.3)
     finish_panels(fig, axes, len(tasks), "Each family's best setting per task: mean ± std over seeds", path)
 
