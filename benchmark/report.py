@@ -237,20 +237,19 @@ def variant_order(variants):
 
 def score_table(runs: pd.DataFrame, last: int):
     """One row per env and variant; the reference column (a published score for the default) only where one exists."""
-    rows = []
+    header = ["env", "variant", "seeds", f"return (mean of the last {last} episodes)", "per seed", "SPS", "reference"]
+    rows = [header, ["---", "---", "---:", "---:", "---", "---:", "---:"]]
     for env_id, env_runs in runs.groupby("env_id"):
         reference = REFERENCE_SCORES.get(env_id)
         for variant in variant_order(env_runs["variant"].unique()):
             group = env_runs[env_runs["variant"] == variant]
             ref = f"{reference[0]:g} ({reference[1]}, {REFERENCE_STEPS[reference[1]] / 1e6:g}M steps)" if reference else ""
             ref = ref if variant == "default" else ""
-            row = f"| {env_id} | {variant} | {len(group)} | {mean_std(group['score'])} | {per_seed(group)} "
-            rows.append((row + f"| {group['sps'].mean():.0f} |", ref))
-    with_reference = any(ref for _, ref in rows)
-    header = f"| env | variant | seeds | return (mean of the last {last} episodes) | per seed | SPS |"
-    lines = [header + (" reference |" if with_reference else ""), "| --- | --- | ---: | ---: | --- | ---: |"]
-    lines[1] += " ---: |" if with_reference else ""
-    return "\n".join(lines + [row + (f" {ref} |" if with_reference else "") for row, ref in rows])
+            sps = f"{group['sps'].mean():.0f}"
+            rows.append([env_id, variant, str(len(group)), mean_std(group["score"]), per_seed(group), sps, ref])
+    if not any(row[-1] for row in rows[2:]):  # no reference anywhere: the column is left out
+        rows = [row[:-1] for row in rows]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
 
 
 def bootstrap_interval(values, reps=10_000, seed=0):
