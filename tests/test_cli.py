@@ -4,6 +4,7 @@ parses to a non-default value; bad input ends with a one-line error naming the f
 import dataclasses
 import os
 import re
+import signal
 import typing
 
 import pytest
@@ -79,7 +80,9 @@ BAD_INPUTS = [
     ("ppo_rnn", ["--env-id", "CartPoleNoVelocity-v1", "--vector-env", "envpool"], "--vector-env"),
     ("ppo_rnn", ["--rnn-hidden-size", "0"], "--rnn-hidden-size"),
     ("ppo_rnn", ["--resume", "corrupt.pt"], "--resume"),
-    # each numeric flag's range, checked before a run folder exists
+]
+# each numeric flag's range, checked before a run folder exists
+OUT_OF_RANGE = [
     ("ppo_continuous_action", ["--clip-coef", "-0.2"], "--clip-coef -0.2"),
     ("ppo_continuous_action", ["--clip-coef", "0"], "--surrogate unclipped"),
     ("ppo_continuous_action", ["--max-grad-norm", "-1"], "--max-grad-norm -1"),
@@ -106,19 +109,54 @@ BAD_INPUTS = [
     ("ppo_rnn", ["--max-grad-norm", "-0.5"], "--max-grad-norm -0.5"),
 ]
 BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
+OUT_OF_RANGE = [case for case in OUT_OF_RANGE if (ROOT / f"{case[0]}.py").exists()]
+
+
+def write_bad_files(folder):
+    """What the bad inputs name: a file that is no checkpoint, a Hopper checkpoint, a run folder holding one."""
+    (folder / "corrupt.pt").write_bytes(b"this is not a checkpoint")
+    write_cont_checkpoint(folder / "hopper.pt", env_id="Hopper-v5")
+    write_cont_checkpoint(folder / "saved" / "Hopper-v5__run__1__1" / "agent.pt", env_id="Hopper-v5")
+
+
+def assert_one_error_line(stderr, named):
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip() and "Powered by Stella" not in line]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,flags,named", BAD_INPUTS, ids=[f"{n}:{' '.join(f)}" for n, f, _ in BAD_INPUTS])
 def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
-    (tmp_path / "corrupt.pt").write_bytes(b"this is not a checkpoint")
-    write_cont_checkpoint(tmp_path / "hopper.pt", env_id="Hopper-v5")
-    write_cont_checkpoint(tmp_path / "saved" / "Hopper-v5__run__1__1" / "agent.pt", env_id="Hopper-v5")
+    write_bad_files(tmp_path)
     result = run_script(name, *flags, cwd=tmp_path, timeout=120)
     assert result.returncode == 1, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip() and "Powered by Stella" not in line]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], result.stderr
+    assert_one_error_line(result.stderr, named)
+    assert not (tmp_path / "runs").exists()  # nothing started
+
+
+@pytest.mark.parametrize("name,flags,named", OUT_OF_RANGE, ids=[f"{n}:{' '.join(f)}" for n, f, _ in OUT_OF_RANGE])
+def test_out_of_range_value_gives_one_line_error(tmp_path, monkeypatch, capsys, name, flags, named):
+    """The script's own last line, main(tyro.cli(Args), ...), in this process: a new one per case (as above) would
+    spend most of its ~5 s importing torch. A value let through fails at the run's first step after the checks instead
+    of training here. main() sets SIGINT and SIGTERM handlers; the test puts pytest's back."""
+    write_bad_files(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    module = load_script(name)
+
+    def run_started(cuda):
+        raise AssertionError(f"{' '.join(flags)} was let through: the run started")
+
+    monkeypatch.setattr(module, "distributed_setup", run_started)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            module.main(tyro.cli(module.Args, args=flags), module.train, module.make_envs, module.Agent)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert exit_info.value.code == 1
+    assert_one_error_line(capsys.readouterr().err, named)
     assert not (tmp_path / "runs").exists()  # nothing started
 
 
