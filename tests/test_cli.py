@@ -138,8 +138,9 @@ def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
 @pytest.mark.parametrize("name,flags,named", OUT_OF_RANGE, ids=[f"{n}:{' '.join(f)}" for n, f, _ in OUT_OF_RANGE])
 def test_out_of_range_value_gives_one_line_error(tmp_path, monkeypatch, capsys, name, flags, named):
     """The script's own last line, main(tyro.cli(Args), ...), in this process: a new one per case (as above) would
-    spend most of its ~5 s importing torch. A value let through fails at the run's first step after the checks instead
-    of training here. main() sets SIGINT and SIGTERM handlers; the test puts pytest's back."""
+    spend most of its ~5 s importing torch. A training value let through fails at the run's first step after the
+    checks instead of training here (an evaluation one fails on the stand-in checkpoint, which holds no agent). main()
+    sets SIGINT and SIGTERM handlers; the test puts pytest's back."""
     write_bad_files(tmp_path)
     monkeypatch.chdir(tmp_path)
     module = load_script(name)
