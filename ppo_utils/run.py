@@ -288,8 +288,13 @@ def run_folder(args, resumed, rank, world_size):
 
 def start_wandb(args, folder, wandb_id=None):
     """--track: starts wandb's run (a resumed run's own, by its id), keeping its files in the run folder; returns its id.
-    ArgError where wandb cannot start (no key and no network, say)."""
-    import wandb
+    ArgError where wandb is not installed or cannot start (no key and no network, say)."""
+    try:
+        import wandb
+    except ImportError:
+        raise ArgError(
+            "--track: wandb is not installed here; `pip install wandb` (in requirements.txt), or leave out --track"
+        ) from None
 
     try:
         wandb.init(

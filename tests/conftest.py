@@ -187,7 +187,8 @@ def rollout_batch(tmp_path, monkeypatch, **flags):
     args = rnn.Args(**{**defaults, "update_epochs": 1, "learning_rate": 0.0, **flags})
     result = rnn.train(args)
     r = result["rollout"]
-    batch = {key: r[key].flatten(0, 1) for key in ("obs", "actions", "logprobs", "values", "dones")}
+    device = r["obs"].device  # the rewards and dones of train()'s rollout stay on the host
+    batch = {key: r[key].flatten(0, 1).to(device) for key in ("obs", "actions", "logprobs", "values", "dones")}
     advantages = torch.randn(len(batch["obs"]), generator=torch.Generator().manual_seed(0))  # the same on every device
     batch["advantages"] = advantages.to(batch["obs"].device)
     batch["returns"] = batch["values"] + batch["advantages"]

@@ -17,7 +17,7 @@ from ppo_utils import checkpoints
 import pytest
 from ppo_utils import run as ppo_run
 import torch
-from conftest import ROOT, load_script, run_script, write_checkpoint
+from conftest import ROOT, load_script, needs, run_script, write_checkpoint
 
 cont = load_script("ppo_continuous_action")
 PENDULUM = dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2, update_epochs=1, compile=False)
@@ -73,6 +73,7 @@ def test_a_video_of_an_env_that_cannot_render_is_one_line_before_any_folder(tmp_
 
 
 @pytest.mark.slow
+@needs("wandb")
 def test_wandb_that_cannot_start_is_one_line_and_leaves_no_run_folder(tmp_path):
     """--track with no wandb key (and no network): wandb's UsageError becomes a line that says how to log in or log
     offline, and the run folder made for the run is removed again."""
@@ -83,6 +84,21 @@ def test_wandb_that_cannot_start_is_one_line_and_leaves_no_run_folder(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert lines[0].startswith("error: --track: wandb did not start (") and "WANDB_MODE=offline" in lines[0]
+    assert os.listdir(tmp_path / "work") == []
+
+
+def test_track_without_wandb_installed_is_one_line_and_leaves_no_run_folder(tmp_path):
+    """--track where wandb is not installed (faked: a wandb module first on the path whose import fails as a missing
+    package's does): one line naming the flag and the fix, no run folder."""
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "wandb.py").write_text('raise ModuleNotFoundError("No module named \'wandb\'", name="wandb")\n')
+    (tmp_path / "work").mkdir()
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "64", "--track", "--no-compile"]
+    path = os.pathsep.join(filter(None, [str(tmp_path / "fake"), os.environ.get("PYTHONPATH")]))
+    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", timeout=120, env={"PYTHONPATH": path})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith("error: --track: wandb is not installed here;") and "pip install wandb" in lines[0]
     assert os.listdir(tmp_path / "work") == []
 
 
@@ -241,7 +257,8 @@ def test_a_compiler_that_cannot_build_falls_back_to_eager_with_one_warning(tmp_p
     fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "g++ 12" && exit 0\necho "Python.h: missing" >&2\nexit 1\n')
     fake.chmod(0o755)
     (tmp_path / "work").mkdir()
-    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", "128"]
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", "128",
+             "--no-cuda"]  # fmt: skip  # on a GPU, inductor builds with Triton, not the C++ compiler
     env = {"CXX": str(fake), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # nothing cached from a real build
     result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", env=env, timeout=300)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
