@@ -87,6 +87,7 @@ def test_wandb_that_cannot_start_is_one_line_and_leaves_no_run_folder(tmp_path):
     assert os.listdir(tmp_path / "work") == []
 
 
+@pytest.mark.slow
 def test_track_without_wandb_installed_is_one_line_and_leaves_no_run_folder(tmp_path):
     """--track where wandb is not installed (faked: a wandb module first on the path whose import fails as a missing
     package's does): one line naming the flag and the fix, no run folder."""
