@@ -190,7 +190,7 @@ def rollout_batch(tmp_path, monkeypatch, **flags):
     device = r["obs"].device  # the rewards and dones of train()'s rollout stay on the host
     batch = {key: r[key].flatten(0, 1).to(device) for key in ("obs", "actions", "logprobs", "values", "dones")}
     advantages = torch.randn(len(batch["obs"]), generator=torch.Generator().manual_seed(0))  # the same on every device
-    batch["advantages"] = advantages.to(batch["obs"].device)
+    batch["advantages"] = advantages.to(device)
     batch["returns"] = batch["values"] + batch["advantages"]
     batch["state"] = r["initial_state"]
     return result["agent"], batch, args

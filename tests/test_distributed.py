@@ -210,7 +210,7 @@ def test_ctrl_c_in_a_long_rollout_under_torchrun_saves_before_torchrun_kills(tmp
     otherwise; 5 s here): the ranks agree on a stop every few steps, not only at the end of a rollout that outlasts
     the grace (about 20 s here), so the last finished update is saved in time."""
     launcher_help = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--help"], capture_output=True, text=True)
-    if "--shutdown-timeout" not in launcher_help.stdout:  # torch 2.11's torchrun (a GPU machine's) has a fixed 30 s
+    if "--shutdown-timeout" not in launcher_help.stdout:  # torch 2.11's torchrun (the GPU machine's) refuses it
         pytest.skip(f"needs torchrun's --shutdown-timeout, which torch {torch.__version__} lacks (the pinned torch has it)")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     flags = ["--env-id", "Pendulum-v1", "--num-steps", "40000", "--num-minibatches", "4", "--update-epochs", "1",
