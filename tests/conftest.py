@@ -79,6 +79,11 @@ def run_script(name, *flags, cwd, timeout=600, env=None):
     )
 
 
+def pythonpath_first(folder):
+    """A PYTHONPATH that puts `folder` first and keeps what PYTHONPATH held (a GPU machine's installed wheels, say)."""
+    return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+
+
 def write_checkpoint(path, args, **extra):
     """A checkpoint file of a run of `args` as load_checkpoint reads it, holding no agent: enough for what is checked
     before an agent is made (flags, script, env, process count)."""

@@ -16,7 +16,8 @@ import pytest
 from ppo_utils import distributed
 import torch
 import torch.multiprocessing as mp
-from conftest import ROOT, SCRIPTS, fixed_batch, load_script, make_agent, read_scalars, reference_minibatch_loss
+from conftest import (ROOT, SCRIPTS, fixed_batch, load_script, make_agent, pythonpath_first, read_scalars,
+                      reference_minibatch_loss)
 from ppo_utils.distributed import average_env_statistics, distributed_setup, rank_seed
 from ppo_utils.env_adapters import env_statistics
 from ppo_utils.flag_checks import ArgError
@@ -308,8 +309,7 @@ def test_more_processes_than_gpus_under_torchrun_exit_at_once_with_one_line(tmp_
     (tmp_path / "one_gpu.py").write_text(PRETEND_ONE_GPU.format(script=str(script)))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "--monitor-interval", "5", str(tmp_path / "one_gpu.py"), "--env-id", "Pendulum-v1"]  # fmt: skip
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # runpy does not put the script's
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}  # folder first; what PYTHONPATH held stays found
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath_first(ROOT)}  # runpy does not put it first
     result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]

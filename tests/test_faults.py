@@ -17,7 +17,7 @@ from ppo_utils import checkpoints
 import pytest
 from ppo_utils import run as ppo_run
 import torch
-from conftest import ROOT, load_script, needs, run_script, write_checkpoint
+from conftest import ROOT, load_script, needs, pythonpath_first, run_script, write_checkpoint
 
 cont = load_script("ppo_continuous_action")
 PENDULUM = dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2, update_epochs=1, compile=False)
@@ -72,19 +72,26 @@ def test_a_video_of_an_env_that_cannot_render_is_one_line_before_any_folder(tmp_
     assert os.listdir(tmp_path) == []
 
 
+def track_error_line(tmp_path, env):
+    """Starts a --track run in an empty folder; asserts that it fails with one line, no traceback and no run folder
+    left, and returns that line."""
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "64", "--track", "--no-compile"]
+    (tmp_path / "work").mkdir()
+    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", timeout=120, env=env)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert os.listdir(tmp_path / "work") == []
+    return lines[0]
+
+
 @pytest.mark.slow
 @needs("wandb")
 def test_wandb_that_cannot_start_is_one_line_and_leaves_no_run_folder(tmp_path):
     """--track with no wandb key (and no network): wandb's UsageError becomes a line that says how to log in or log
     offline, and the run folder made for the run is removed again."""
     env = {"HOME": str(tmp_path), "WANDB_MODE": "online", "WANDB_API_KEY": "", "WANDB_DIR": ""}
-    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "64", "--track", "--no-compile"]
-    (tmp_path / "work").mkdir()
-    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", timeout=120, env=env)
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert lines[0].startswith("error: --track: wandb did not start (") and "WANDB_MODE=offline" in lines[0]
-    assert os.listdir(tmp_path / "work") == []
+    line = track_error_line(tmp_path, env)
+    assert line.startswith("error: --track: wandb did not start (") and "WANDB_MODE=offline" in line
 
 
 @pytest.mark.slow
@@ -93,14 +100,8 @@ def test_track_without_wandb_installed_is_one_line_and_leaves_no_run_folder(tmp_
     package's does): one line naming the flag and the fix, no run folder."""
     (tmp_path / "fake").mkdir()
     (tmp_path / "fake" / "wandb.py").write_text('raise ModuleNotFoundError("No module named \'wandb\'", name="wandb")\n')
-    (tmp_path / "work").mkdir()
-    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "64", "--track", "--no-compile"]
-    path = os.pathsep.join(filter(None, [str(tmp_path / "fake"), os.environ.get("PYTHONPATH")]))
-    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", timeout=120, env={"PYTHONPATH": path})
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == 1 and len(lines) == 1, result.stderr[-2000:]
-    assert lines[0].startswith("error: --track: wandb is not installed here;") and "pip install wandb" in lines[0]
-    assert os.listdir(tmp_path / "work") == []
+    line = track_error_line(tmp_path, {"PYTHONPATH": pythonpath_first(tmp_path / "fake")})
+    assert line.startswith("error: --track: wandb is not installed here;") and "pip install wandb" in line
 
 
 def test_a_working_folder_where_runs_cannot_be_made_is_one_line(tmp_path, monkeypatch):
