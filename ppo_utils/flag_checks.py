@@ -186,6 +186,20 @@ def check_args(args, world_size=None) -> None:
         raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
     if kind != "atari" and args.capture_video:
         check_rendering(args.env_id, kind)
+    if args.capture_video:
+        check_video_writer()
+
+
+def check_video_writer():
+    """--capture-video: gymnasium's RecordVideo writes its mp4s with moviepy, which gymnasium leaves out unless asked for
+    (without it, the run would stop with a traceback from gymnasium once its folder is made)."""
+    try:
+        import moviepy  # noqa: F401
+    except ImportError:
+        raise ArgError(
+            "--capture-video: moviepy is not installed here; `pip install moviepy` (in requirements.txt), or drop "
+            "--capture-video"
+        ) from None
 
 
 def check_rendering(env_id, kind):

@@ -72,6 +72,23 @@ def test_a_video_of_an_env_that_cannot_render_is_one_line_before_any_folder(tmp_
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("script,env_id", [("ppo_continuous_action", "Hopper-v5"), ("ppo_atari", "BreakoutNoFrameskip-v4")])
+def test_a_video_without_moviepy_is_one_line_before_any_folder(tmp_path, script, env_id):
+    """--capture-video where moviepy is not installed (faked as for wandb below): gymnasium's RecordVideo would stop the
+    run with its own traceback after the run folder is made; the checks say it in one line first."""
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "moviepy.py").write_text('raise ModuleNotFoundError("No module named \'moviepy\'", name="moviepy")\n')
+    (tmp_path / "work").mkdir()
+    flags = ["--env-id", env_id, "--capture-video", "--no-compile"]
+    env = {"PYTHONPATH": pythonpath_first(tmp_path / "fake")}
+    result = run_script(script, *flags, cwd=tmp_path / "work", timeout=120, env=env)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert result.stderr.startswith("error: --capture-video: moviepy is not installed here;")
+    assert "pip install moviepy" in result.stderr
+    assert os.listdir(tmp_path / "work") == []
+
+
 def track_error_line(tmp_path, env):
     """Starts a --track run in an empty folder; asserts that it fails with one line, no traceback and no run folder
     left, and returns that line."""
