@@ -75,30 +75,34 @@ def test_a_video_of_an_env_that_cannot_render_is_one_line_before_any_folder(tmp_
 @pytest.mark.slow
 @pytest.mark.parametrize("script,env_id", [("ppo_continuous_action", "Hopper-v5"), ("ppo_atari", "BreakoutNoFrameskip-v4")])
 def test_a_video_without_moviepy_is_one_line_before_any_folder(tmp_path, script, env_id):
-    """--capture-video where moviepy is not installed (faked as for wandb below): gymnasium's RecordVideo would stop the
-    run with its own traceback after the run folder is made; the checks say it in one line first."""
-    (tmp_path / "fake").mkdir()
-    (tmp_path / "fake" / "moviepy.py").write_text('raise ModuleNotFoundError("No module named \'moviepy\'", name="moviepy")\n')
-    (tmp_path / "work").mkdir()
+    """--capture-video where moviepy is not installed (faked): gymnasium's RecordVideo would stop the run with its own
+    traceback after the run folder is made; the checks say it in one line first."""
     flags = ["--env-id", env_id, "--capture-video", "--no-compile"]
-    env = {"PYTHONPATH": pythonpath_first(tmp_path / "fake")}
-    result = run_script(script, *flags, cwd=tmp_path / "work", timeout=120, env=env)
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-2000:]
-    assert result.stderr.startswith("error: --capture-video: moviepy is not installed here;")
-    assert "pip install moviepy" in result.stderr
-    assert os.listdir(tmp_path / "work") == []
+    line = one_line_error(tmp_path, script, flags, without(tmp_path, "moviepy"))
+    assert line.startswith("error: --capture-video: moviepy is not installed here;") and "pip install moviepy" in line
 
 
-def track_error_line(tmp_path, env):
-    """Starts a --track run in an empty folder; asserts that it fails with one line, no traceback and no run folder
-    left, and returns that line."""
-    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "64", "--track", "--no-compile"]
+def without(tmp_path, module):
+    """The environment of a run where `module` is not installed (faked: a module of that name first on the path whose
+    import fails as a missing package's does)."""
+    (tmp_path / "fake").mkdir()
+    fails = f'raise ModuleNotFoundError("No module named {module!r}", name={module!r})\n'
+    (tmp_path / "fake" / f"{module}.py").write_text(fails)
+    return {"PYTHONPATH": pythonpath_first(tmp_path / "fake")}
+
+
+def one_line_error(tmp_path, script, flags, env):
+    """Starts `script` with `flags` in an empty folder; asserts that it fails with one line, no traceback and no run
+    folder left, and returns that line."""
     (tmp_path / "work").mkdir()
-    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", timeout=120, env=env)
+    result = run_script(script, *flags, cwd=tmp_path / "work", timeout=120, env=env)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert os.listdir(tmp_path / "work") == []
     return lines[0]
+
+
+TRACK = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--total-timesteps", "64", "--track", "--no-compile"]
 
 
 @pytest.mark.slow
@@ -107,17 +111,14 @@ def test_wandb_that_cannot_start_is_one_line_and_leaves_no_run_folder(tmp_path):
     """--track with no wandb key (and no network): wandb's UsageError becomes a line that says how to log in or log
     offline, and the run folder made for the run is removed again."""
     env = {"HOME": str(tmp_path), "WANDB_MODE": "online", "WANDB_API_KEY": "", "WANDB_DIR": ""}
-    line = track_error_line(tmp_path, env)
+    line = one_line_error(tmp_path, "ppo_continuous_action", TRACK, env)
     assert line.startswith("error: --track: wandb did not start (") and "WANDB_MODE=offline" in line
 
 
 @pytest.mark.slow
 def test_track_without_wandb_installed_is_one_line_and_leaves_no_run_folder(tmp_path):
-    """--track where wandb is not installed (faked: a wandb module first on the path whose import fails as a missing
-    package's does): one line naming the flag and the fix, no run folder."""
-    (tmp_path / "fake").mkdir()
-    (tmp_path / "fake" / "wandb.py").write_text('raise ModuleNotFoundError("No module named \'wandb\'", name="wandb")\n')
-    line = track_error_line(tmp_path, {"PYTHONPATH": pythonpath_first(tmp_path / "fake")})
+    """--track where wandb is not installed (faked): one line naming the flag and the fix, no run folder."""
+    line = one_line_error(tmp_path, "ppo_continuous_action", TRACK, without(tmp_path, "wandb"))
     assert line.startswith("error: --track: wandb is not installed here;") and "pip install wandb" in line
 
 
