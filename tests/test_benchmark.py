@@ -941,6 +941,10 @@ def test_table1_claims_are_checked_once_their_settings_are_complete():
     text = report.table1_claims(short, full=2)
     assert "scores best: not yet (1 of its 22 runs to come)." in text
     assert "supported on A." in text and "close behind: not yet (1 of its 16 runs to come)." in text
+    # one task, two unclipped seeds: -0.1 and 0.5 average 0.2, above random, though one run ends below it
+    seeds = pd.DataFrame({"env_id": ["A", "A"], "variant": ["unclipped"] * 2, "normalized": [-0.1, 0.5]})
+    text = report.table1_claims(seeds, full=2)
+    assert "task: not supported: ours' mean over seeds is above it on every task (runs below it: 1 of 2, on A)." in text
 
 
 def test_the_readme_shows_table1_as_the_committed_report_has_it():
