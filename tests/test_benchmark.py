@@ -917,6 +917,7 @@ def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting(t
     text = report.table1_section(runs, random)
     assert "| clip-0.2 | 4 of 6 | 0.60 [" in text and "| 0.82 |" in text  # mean (10/15 + 20/15 + 0 + 0.4) / 4 = 0.6
     assert "| kl-fixed-10 | 0 of 6 | - | 0.69 |" in text
+    assert "8 of 66 runs are in: a setting with fewer than 6 runs is not yet comparable" in text
     report.plot_table1(runs, random, tmp_path / "table1.png")
     assert (tmp_path / "table1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -977,7 +978,8 @@ def test_a_table1_report_opens_with_the_paper_table_and_drops_the_reference_iqm(
     assert sections[:2] == ["## The PPO paper's Table 1", "## Scores"]
     assert "## Aggregate over tasks" not in text
     unclipped = (pd.read_csv(data / "runs.csv")["variant"] == "unclipped").sum()
-    assert f"| unclipped | {unclipped} of 6 |" in text  # 3 seeds x 2 tasks
+    assert unclipped == 6 and "| unclipped | 6 of 6 |" in text  # 3 seeds x 2 tasks, both complete
+    assert "66 of 66 runs are in." in text and "not yet comparable" not in text
 
 
 def test_table1_curves_stand_each_family_by_its_best_setting_per_task(tmp_path):
