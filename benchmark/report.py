@@ -541,7 +541,8 @@ def table1_interval(normalized: pd.DataFrame, reps=10_000, seed=0):
 def table1_claims(normalized: pd.DataFrame, full: int):
     """The paper's three claims on its Table 1, each checked once the settings it compares have all `full` runs:
     clipping at 0.2 scores best (all eleven); no clipping scores below the random policy, a normalized mean under 0,
-    on at least one task (unclipped; where none does, the single runs that do are counted); the KL penalties close behind clip-0.2 (the seven KL settings and clip-0.2)."""
+    on at least one task (unclipped; where none does, the single runs that do are counted); the KL penalties close
+    behind clip-0.2 (the seven KL settings and clip-0.2)."""
     counts = normalized["variant"].value_counts()
     means = normalized.groupby("variant")["normalized"].mean()
 
@@ -559,11 +560,11 @@ def table1_claims(normalized: pd.DataFrame, full: int):
     unclipped = normalized[normalized["variant"] == "unclipped"].groupby("env_id")["normalized"].mean()
     below = [env for env, value in unclipped.items() if value < 0]
     runs_below = normalized[(normalized["variant"] == "unclipped") & (normalized["normalized"] < 0)]["env_id"]
+    on = f", on {', '.join(sorted(set(runs_below)))}" if len(runs_below) else ""
     second = missing(["unclipped"]) or (
         f"supported on {', '.join(below)}"
         if below
-        else f"not supported: ours' mean over seeds is above it on every task (runs below it: {len(runs_below)} of "
-        f"{full}{', on ' + ', '.join(sorted(runs_below)) if len(runs_below) else ''})"
+        else f"not supported: ours' mean over seeds is above it on every task (runs below it: {len(runs_below)} of {full}{on})"
     )
     best_kl, paper_kl = max(kl, key=lambda v: means.get(v, -np.inf)), max(PAPER_TABLE1[v] for v in kl)
     paper_clip = PAPER_TABLE1["clip-0.2"]
@@ -585,18 +586,16 @@ def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
     normalized = normalized_scores(runs, random)
     tasks = sorted(runs["env_id"].unique())
     full = len(tasks) * 3
-    left = len(runs) < len(PAPER_TABLE1) * full
+    total = len(PAPER_TABLE1) * full
+    caveat = (
+        f": a setting with fewer than {full} runs is not yet comparable, and the best setting of a task is the best "
+        "among those run so far"
+    )
     lines = [
         "Each run's score (the mean return of its last 100 episodes) is shifted and scaled within its task so that the "
         "random policy (100 episodes of uniform random actions, data/random.csv) scores 0 and the best setting's mean "
         "over its seeds scores 1, as in the paper; a setting's figure is the mean over its runs, with a 95% bootstrap "
-        f"interval resampling seeds within tasks. {len(runs)} of {len(PAPER_TABLE1) * full} runs are in"
-        + (
-            f": a setting with fewer than {full} runs is not yet comparable, and the best setting of a task is the best "
-            "among those run so far.\n"
-            if left
-            else ".\n"
-        ),
+        f"interval resampling seeds within tasks. {len(runs)} of {total} runs are in{caveat if len(runs) < total else ''}.\n",
         "| setting | runs | ours: avg. normalized score [95% interval] | paper |",
         "| --- | ---: | ---: | ---: |",
     ]
