@@ -48,6 +48,8 @@ class Args:
     """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; README: Flag notes)"""
     tf32: bool = False
     """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
+    fused_adam: bool = True
+    """Adam's fused kernel (faster; the same steps up to float rounding); off: PyTorch's default Adam, as CleanRL uses"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"
@@ -238,8 +240,8 @@ class Agent(nn.Module):
         self.shared_network = args.shared_network
         self.critic_body = body()
         self.actor_body = self.critic_body if args.shared_network else body()  # A10
+        self.actor = layer_init(nn.Linear(512, n_actions), std=0.01, ortho=ortho)  # CleanRL's order
         self.critic = layer_init(nn.Linear(512, 1), std=1.0, ortho=ortho)
-        self.actor = layer_init(nn.Linear(512, n_actions), std=0.01, ortho=ortho)
         self.scale_obs = args.scale_obs
 
     def preprocess(self, x):
@@ -409,7 +411,8 @@ def train(args: Args, stop_signals=()):
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
+    fused = args.fused_adam or None  # None: PyTorch's default Adam
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
     done = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
     if resumed:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above

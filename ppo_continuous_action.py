@@ -44,6 +44,8 @@ class Args:
     """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; README: Flag notes)"""
     tf32: bool = False
     """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
+    fused_adam: bool = True
+    """Adam's fused kernel (faster; the same steps up to float rounding); off: PyTorch's default Adam, as CleanRL uses"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"
@@ -119,6 +121,9 @@ class Args:
     """(M3) divide rewards by the running std of a discounted return (no mean subtracted); off: raw rewards"""
     clip_reward: float = 10.0
     """(M4) clip scaled rewards to [-clip_reward, clip_reward]; 0 turns it off (as does --no-norm-reward)"""
+    norm_per_env: bool = False
+    """(M1, M3) normalize in each env by itself with gymnasium's single-env wrappers, as CleanRL (docs/cleanrl.md);
+    off (the reference): one set of statistics for all envs, the episode's final observation not counted"""
     state_dependent_std: bool = False
     """(M5) a network head outputs the log-std; off (the reference): a state-independent log-std parameter"""
     log_std_init: float = 0.0
@@ -165,6 +170,14 @@ def make_env(args: Args, idx: int, video_folder: str | None):
         else:
             env = gym.make(args.env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return, before any scaling
+        if args.norm_per_env and args.norm_obs:  # M1, M2 in this env alone (CleanRL's placement)
+            env = gym.wrappers.NormalizeObservation(env)
+            if args.clip_obs > 0:
+                clip = lambda obs: np.clip(obs, -args.clip_obs, args.clip_obs)
+                env = gym.wrappers.TransformObservation(env, clip, env.observation_space)
+        if args.norm_per_env and args.norm_reward:  # M3, M4 in this env alone
+            env = gym.wrappers.NormalizeReward(env, gamma=args.gamma)
+            env = gym.wrappers.ClipReward(env, -args.clip_reward, args.clip_reward) if args.clip_reward > 0 else env
         return env
 
     return thunk
@@ -179,6 +192,8 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
     envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
     if args.clip_action:
         envs = gym.wrappers.vector.ClipAction(envs)  # M8
+    if args.norm_per_env:
+        return envs  # M1-M4 are inside each env (make_env)
     if args.norm_obs:
         envs = NormalizeObservation(envs, clip=args.clip_obs)  # M1, M2
     if args.norm_reward:
@@ -212,10 +227,11 @@ class Agent(nn.Module):
                 activation(),
             )
 
+        # built in CleanRL's order (the critic whole, then the actor), so that a seed draws the same initial weights
         self.shared_network = args.shared_network
         self.critic_body = body()
-        self.actor_body = self.critic_body if args.shared_network else body()  # M7
         self.critic = layer_init(nn.Linear(64, 1), std=1.0, ortho=ortho)
+        self.actor_body = self.critic_body if args.shared_network else body()  # M7
         self.actor_mean = layer_init(nn.Linear(64, act_dim), std=0.01, ortho=ortho)
         self.state_dependent_std = args.state_dependent_std
         if args.state_dependent_std:  # M5 ablation
@@ -388,7 +404,8 @@ def train(args: Args, stop_signals=()):
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
+    fused = args.fused_adam or None  # None: PyTorch's default Adam
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
     done = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
     if resumed:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above

@@ -47,6 +47,8 @@ class Args:
     """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core (for the CNN; the MLP may prefer 1)"""
     tf32: bool = False
     """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
+    fused_adam: bool = True
+    """Adam's fused kernel (faster; the same steps up to float rounding); off: PyTorch's default Adam, as CleanRL uses"""
     track: bool = False
     """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
     wandb_project_name: str = "ppo-details"
@@ -262,8 +264,8 @@ class Agent(nn.Module):
         self.critic_body, self.critic_rnn = body(), rnn()
         self.actor_body = self.critic_body if args.shared_network else body()  # A10
         self.actor_rnn = self.critic_rnn if args.shared_network else rnn()
+        self.actor = layer_init(nn.Linear(args.rnn_hidden_size, n_actions), std=0.01, ortho=ortho)  # CleanRL's order
         self.critic = layer_init(nn.Linear(args.rnn_hidden_size, 1), std=1.0, ortho=ortho)
-        self.actor = layer_init(nn.Linear(args.rnn_hidden_size, n_actions), std=0.01, ortho=ortho)
         self.scale_obs = args.scale_obs
         self.cells = 2 if args.rnn == "lstm" else 1  # the state's rows per network: h (and c for an LSTM)
         self.state_shape = (self.cells * (1 if args.shared_network else 2), args.rnn_hidden_size)  # the actor's, the critic's
@@ -472,7 +474,8 @@ def train(args: Args, stop_signals=()):
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)  # G11
+    fused = args.fused_adam or None  # None: PyTorch's default Adam
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
     backward = ppo_backward  # no --compile here: dynamo cannot trace nn.LSTM and nn.GRU
     done = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
     if resumed:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above

@@ -210,12 +210,32 @@ def restore(resumed, agent, optimizer, envs, rank, args):
     seeded (X2: rank 0's RNG states; the other ranks draw numbers of their own from a seed moved on by the step).
     Returns the Update the checkpoint ended."""
     agent.load_state_dict(resumed["model"])
-    optimizer.load_state_dict(resumed["optimizer"])
+    optimizer.load_state_dict(optimizer_in_current_order(resumed["optimizer"], resumed["model"], agent))
     set_env_statistics(envs, resumed["env_stats"])
     set_rng_state(resumed["rng"])
     if rank > 0:
         seed_everything(rank_seed(args.seed + resumed["global_step"], rank), args.torch_deterministic)
     return Update(resumed["iteration"], resumed["global_step"], resumed["kl_beta"])
+
+
+def optimizer_in_current_order(saved, model, agent):
+    """The saved optimizer state `saved` with its entries in the order of agent.parameters(), which it lists by
+    position. Checkpoints of earlier versions hold the parameters in another order (the heads were built after both
+    bodies, before the scripts took CleanRL's order); the saved model's state_dict keeps the order in which they were
+    registered then (a tensor shared by two names, as with a shared trunk, under its first name), which says where each
+    entry belongs."""
+    current = [name for name, _ in agent.named_parameters()]
+    saved_order, seen = [], set()
+    for name, tensor in model.items():
+        where = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if where not in seen:
+            seen.add(where)
+            saved_order.append(name)
+    if saved_order == current or sorted(saved_order) != sorted(current) or len(saved["param_groups"]) != 1:
+        return saved
+    position = {name: i for i, name in enumerate(current)}
+    state = {position[saved_order[i]]: entry for i, entry in saved["state"].items()}
+    return {"state": state, "param_groups": saved["param_groups"]}
 
 
 class Checkpoints:

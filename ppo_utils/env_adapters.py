@@ -3,7 +3,8 @@ them, kept here so that each script stays one readable algorithm:
 
 - `NormalizeObservation`: M1 and M2 (ppo_continuous_action.py), as the reference's VecNormalize does them under
   SAME_STEP autoreset, final observation included.
-- `env_statistics`, `set_env_statistics`: the M1/M3 running statistics that checkpoints save and restore.
+- `env_statistics`, `set_env_statistics`: the M1/M3 running statistics that checkpoints save and restore (kept by the
+  vector wrappers, or with --norm-per-env by each env's).
 - `EnvpoolVectorEnv`: G10's envpool backend for the Atari scripts, with A1-A7 set from the same flags and the few
   semantics it needs to match the gymnasium backends (autoreset, final observation, episode statistics, A6's fresh
   stack after a lost life, seeding).
@@ -55,28 +56,48 @@ class NormalizeObservation(gym.vector.VectorWrapper):
         return self.normalize(obs), rewards, terminations, truncations, infos
 
 
+def statistics_holders(envs, key):
+    """(holders, per_env): the wrappers holding the running statistics `key` (M1: "obs_rms", M3: "return_rms"), either
+    the one vector wrapper that has them, or, with --norm-per-env (per_env True), each env's gymnasium wrapper in env
+    order (the envs of a SyncVectorEnv, as make_env wrapped them)."""
+    while isinstance(envs, gym.vector.VectorWrapper):
+        if hasattr(envs, key):
+            return [envs], False
+        envs = envs.env
+    holders = []
+    for env in getattr(envs, "envs", []):
+        while isinstance(env, gym.Wrapper) and key not in vars(env):
+            env = env.env
+        holders += [env] if key in vars(env) else []
+    return holders, True
+
+
 def env_statistics(envs):
     """The running statistics of the normalization wrappers (M1: obs_rms, M3: return_rms), saved with the agent: a
-    normalized observation means nothing without them. None where the env has no such wrapper."""
-    stats = {"obs_rms": None, "return_rms": None}
-    while isinstance(envs, gym.vector.VectorWrapper):
-        for key in stats:
-            if hasattr(envs, key) and stats[key] is None:
-                rms = getattr(envs, key)  # copied: the wrapper goes on updating its own
-                stats[key] = {"mean": torch.tensor(rms.mean), "var": torch.tensor(rms.var), "count": float(rms.count)}
-        envs = envs.env
+    normalized observation means nothing without them. None where the env has no such wrapper; with --norm-per-env a
+    list of them, one per env."""
+    stats = {}
+    for key in ("obs_rms", "return_rms"):
+        holders, per_env = statistics_holders(envs, key)
+        copies = [  # copied: the wrappers go on updating their own
+            {"mean": torch.tensor(rms.mean), "var": torch.tensor(rms.var), "count": float(rms.count)}
+            for rms in (getattr(holder, key) for holder in holders)
+        ]
+        stats[key] = (copies if per_env else copies[0]) if copies else None
     return stats
 
 
 def set_env_statistics(envs, stats, frozen=False):
-    """Restores env_statistics(); frozen: they stop updating (for evaluation)."""
-    while isinstance(envs, gym.vector.VectorWrapper):
-        for key in ("obs_rms", "return_rms"):
-            if hasattr(envs, key) and stats.get(key) is not None:
-                rms = getattr(envs, key)
-                rms.mean, rms.var, rms.count = stats[key]["mean"].numpy(), stats[key]["var"].numpy(), stats[key]["count"]
-                envs.update_running_mean = not frozen
-        envs = envs.env
+    """Restores env_statistics(); frozen: they stop updating (for evaluation). With --norm-per-env env i takes the
+    statistics of env i (an evaluation's single env those of env 0)."""
+    for key in ("obs_rms", "return_rms"):
+        if stats.get(key) is None:
+            continue
+        saved = stats[key] if isinstance(stats[key], list) else [stats[key]]
+        for holder, entry in zip(statistics_holders(envs, key)[0], saved):
+            rms = getattr(holder, key)
+            rms.mean, rms.var, rms.count = entry["mean"].numpy(), entry["var"].numpy(), entry["count"]
+            holder.update_running_mean = not frozen
 
 
 def finished_episodes(infos):

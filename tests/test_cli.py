@@ -64,6 +64,7 @@ BAD_INPUTS = [
     ("ppo_continuous_action", ["--eval-checkpoint", "corrupt.pt"], "--eval-checkpoint"),
     ("ppo_continuous_action", ["--resume", "corrupt.pt"], "--resume"),
     ("ppo_continuous_action", ["--resume", "missing.pt"], "--resume"),
+    ("ppo_continuous_action", ["--norm-per-env", "--vector-env", "async"], "--vector-env sync"),
     ("ppo_atari", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_atari", ["--env-id", "CartPole-v1"], "not an Atari game"),
     ("ppo_atari", ["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),

@@ -14,7 +14,9 @@ import pytest
 from ppo_utils import checkpoints
 from ppo_utils import run as ppo_run
 import torch
-from conftest import ROOT, SCRIPTS, load_script, read_scalars, run_script
+from conftest import ROOT, SCRIPTS, load_script, make_agent, read_scalars, run_script
+from ppo_utils.env_adapters import env_statistics
+from ppo_utils.flag_checks import check_args
 
 cont = load_script("ppo_continuous_action")
 # 80 updates of 256 steps on Pendulum: a couple of seconds each, with a checkpoint every 5
@@ -370,3 +372,82 @@ def test_a_second_ctrl_c_exits_at_once():
     result = subprocess.run([sys.executable, "-c", SECOND_CTRL_C], cwd=ROOT, capture_output=True, text=True, timeout=20)
     assert result.returncode == 130 and result.stdout == "2\n"
     assert "Ctrl-C again to exit without saving" in result.stderr and "second Ctrl-C: exiting" in result.stderr
+
+
+@pytest.mark.slow
+def test_norm_per_env_statistics_are_saved_restored_and_evaluated(tmp_path, monkeypatch):
+    """--norm-per-env: the checkpoint holds each env's own M1 and M3 statistics (CleanRL's placement), a resumed run
+    gets each env's back, and --eval-checkpoint plays with them; torchrun's ranks are refused (they merge one set)."""
+    monkeypatch.chdir(tmp_path)
+    args = cont.Args(env_id="Hopper-v5", norm_per_env=True, num_envs=2, num_steps=64, num_minibatches=2, update_epochs=1,
+                     total_timesteps=256, save_model=True)  # fmt: skip
+    cont.train(args)
+    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    checkpoint = torch.load(path, weights_only=True)
+    obs_rms, return_rms = checkpoint["env_stats"]["obs_rms"], checkpoint["env_stats"]["return_rms"]
+    assert len(obs_rms) == len(return_rms) == 2
+    # RunningMeanStd starts at a count of 1e-4; each of an env's 128 steps adds one return, and one observation plus
+    # one more (the reset's) at each episode end, and the first reset's
+    assert [rms["count"] for rms in return_rms] == pytest.approx([128 + 1e-4] * 2)
+    assert all(rms["count"] >= 129 + 1e-4 for rms in obs_rms)
+    assert not torch.equal(obs_rms[0]["mean"], obs_rms[1]["mean"])  # each env its own
+
+    checkpoint["args"]["total_timesteps"] = 384  # one update still to do
+    torch.save(checkpoint, tmp_path / "agent.pt")
+    restored = []
+    restore = cont.restore
+
+    def restore_and_look(resumed, agent, optimizer, envs, rank, args):
+        done = restore(resumed, agent, optimizer, envs, rank, args)
+        restored.append(env_statistics(envs))
+        return done
+
+    monkeypatch.setattr(cont, "restore", restore_and_look)
+    cont.train(cont.Args(resume=str(tmp_path / "agent.pt")))
+    for key in ("obs_rms", "return_rms"):
+        for now, saved in zip(restored[0][key], checkpoint["env_stats"][key], strict=True):
+            assert now["count"] == saved["count"] and torch.equal(now["mean"], saved["mean"])
+
+    evaluation = run_script("ppo_continuous_action", "--eval-checkpoint", path, "--eval-episodes", "1", cwd=tmp_path)
+    assert evaluation.returncode == 0 and "over 1 episodes" in evaluation.stdout, evaluation.stderr
+    with pytest.raises(checkpoints.ArgError, match="--norm-per-env .* torchrun"):
+        check_args(cont.Args(norm_per_env=True), world_size=2)
+
+
+# the order in which earlier versions registered the parameters: both bodies, then the critic's head before the actor's
+EARLIER_ORDER = {
+    "ppo_continuous_action": ["actor_logstd", "critic_body", "actor_body", "critic", "actor_mean"],
+    "ppo_atari": ["critic_body", "actor_body", "critic", "actor"],
+    "ppo_rnn": ["critic_body", "critic_rnn", "actor_body", "actor_rnn", "critic", "actor"],
+}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_resume_puts_an_earlier_checkpoints_adam_state_on_the_right_parameters(name, tmp_path):
+    """A checkpoint of a version that built its layers in another order lists Adam's state in that order; restoring it
+    gives each parameter its own moments, as the optimizer that wrote it held them."""
+    module = load_script(name)
+    agent = make_agent(module)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+    for p in agent.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    rank = {part: i for i, part in enumerate(EARLIER_ORDER[name])}
+    model = agent.state_dict()
+    earlier_model = dict(sorted(model.items(), key=lambda item: rank[item[0].split(".")[0]]))  # stable: layers in order
+    names = [name for name, _ in agent.named_parameters()]
+    earlier_names = sorted(names, key=lambda name: rank[name.split(".")[0]])
+    saved = optimizer.state_dict()
+    earlier_state = {earlier_names.index(names[i]): entry for i, entry in saved["state"].items()}
+    earlier = {"state": earlier_state, "param_groups": saved["param_groups"]}
+    assert earlier_names != names  # the case is one of another order
+    torch.save({"model": earlier_model, "optimizer": earlier}, tmp_path / "agent.pt")
+    loaded = torch.load(tmp_path / "agent.pt", weights_only=True)  # as a checkpoint is read (shared trunks stay shared)
+
+    fresh = make_agent(module)
+    fresh.load_state_dict(loaded["model"])
+    fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=1e-3)
+    fresh_optimizer.load_state_dict(checkpoints.optimizer_in_current_order(loaded["optimizer"], loaded["model"], fresh))
+    for (name, p), q in zip(agent.named_parameters(), fresh.parameters(), strict=True):
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(optimizer.state[p][key], fresh_optimizer.state[q][key]), (name, key)
