@@ -3,8 +3,8 @@ compute what CleanRL computes, both scripts run two updates, each under tests/nu
 (tolerance 0) on the initial weights (mapped layer by layer), both rollouts (observations, actions, log-probabilities,
 rewards, episode ends, values) and the weights after each update. A control run of ours from another seed must differ.
 
-CleanRL's copy comes from the folder CLEANRL_DIR names (the one the benchmark runner uses; in this project's CI
-../shared/peers/cleanrl); without it these tests skip, naming why."""
+CleanRL's copy comes from the folder CLEANRL_DIR names, as for the benchmark runner (docs/benchmarks.md: CleanRL's
+scripts at commit fe8d8a0 with the gymnasium 1.x API); without it these tests skip, naming why."""
 
 import os
 import subprocess
@@ -15,14 +15,14 @@ import pytest
 import torch
 from conftest import ROOT
 
-CLEANRL_DIR = os.environ.get("CLEANRL_DIR", "")
-FOUND = all(Path(CLEANRL_DIR, name).is_file() for name in ("ppo_atari.py", "ppo_continuous_action.py"))
+CLEANRL_DIR = os.environ.get("CLEANRL_DIR", "")  # relative to where pytest starts, as a user types it
+FOUND = bool(CLEANRL_DIR) and all(Path(CLEANRL_DIR, name).is_file() for name in ("ppo_atari.py", "ppo_continuous_action.py"))
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not FOUND,
         reason="needs CleanRL's ppo_atari.py and ppo_continuous_action.py in the folder CLEANRL_DIR names "
-        f"({'unset' if not CLEANRL_DIR else CLEANRL_DIR + ': not there'}); e.g. CLEANRL_DIR=../shared/peers/cleanrl",
+        f"({'unset' if not CLEANRL_DIR else CLEANRL_DIR + ': not there'}); e.g. CLEANRL_DIR=~/cleanrl/cleanrl",
     ),
 ]
 
@@ -106,7 +106,7 @@ def test_same_seed_same_numbers_as_cleanrl(tmp_path, script, env_id, steps_per_u
     budget = ["--env-id", env_id, "--total-timesteps", str(total)]
     runs = {}
     for who, path, flags in [
-        ("cleanrl", Path(CLEANRL_DIR) / script, [*budget, "--seed", str(SEED)]),
+        ("cleanrl", Path(CLEANRL_DIR).resolve() / script, [*budget, "--seed", str(SEED)]),
         ("ours", ROOT / script, [*budget, "--seed", str(SEED), *SAME_AS_CLEANRL[script]]),
         ("control", ROOT / script, [*budget, "--seed", str(SEED + 1), *SAME_AS_CLEANRL[script]]),
     ]:

@@ -435,8 +435,8 @@ def test_resume_puts_an_earlier_checkpoints_adam_state_on_the_right_parameters(n
     rank = {part: i for i, part in enumerate(EARLIER_ORDER[name])}
     model = agent.state_dict()
     earlier_model = dict(sorted(model.items(), key=lambda item: rank[item[0].split(".")[0]]))  # stable: layers in order
-    names = [name for name, _ in agent.named_parameters()]
-    earlier_names = sorted(names, key=lambda name: rank[name.split(".")[0]])
+    names = [param for param, _ in agent.named_parameters()]
+    earlier_names = sorted(names, key=lambda param: rank[param.split(".")[0]])
     saved = optimizer.state_dict()
     earlier_state = {earlier_names.index(names[i]): entry for i, entry in saved["state"].items()}
     earlier = {"state": earlier_state, "param_groups": saved["param_groups"]}
@@ -448,6 +448,6 @@ def test_resume_puts_an_earlier_checkpoints_adam_state_on_the_right_parameters(n
     fresh.load_state_dict(loaded["model"])
     fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=1e-3)
     fresh_optimizer.load_state_dict(checkpoints.optimizer_in_current_order(loaded["optimizer"], loaded["model"], fresh))
-    for (name, p), q in zip(agent.named_parameters(), fresh.parameters(), strict=True):
+    for (param, p), q in zip(agent.named_parameters(), fresh.parameters(), strict=True):
         for key in ("exp_avg", "exp_avg_sq"):
-            assert torch.equal(optimizer.state[p][key], fresh_optimizer.state[q][key]), (name, key)
+            assert torch.equal(optimizer.state[p][key], fresh_optimizer.state[q][key]), (param, key)
