@@ -65,7 +65,7 @@ def statistics_holders(envs, key):
             return [envs], False
         envs = envs.env
     holders = []
-    for env in getattr(envs, "envs", []):
+    for env in envs.envs if isinstance(envs, gym.vector.SyncVectorEnv) else []:
         while isinstance(env, gym.Wrapper) and key not in vars(env):
             env = env.env
         holders += [env] if key in vars(env) else []

@@ -164,7 +164,7 @@ def test_out_of_range_value_gives_one_line_error(tmp_path, monkeypatch, capsys, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("render", [True, False])
-def test_a_gl_backend_without_its_library_is_one_line(tmp_path, render):
+def test_a_gl_backend_without_its_library_is_one_line(tmp_path, monkeypatch, render):
     """MuJoCo loads the MUJOCO_GL backend when it is imported; one whose library is missing (osmesa here: no libOSMesa
     on the test machine; egl on some GPU machines) dies deep in PyOpenGL, with --capture-video or without it (a
     MUJOCO_GL left in the shell). The run stops before its folder with one line that names the backend and both
@@ -174,6 +174,7 @@ def test_a_gl_backend_without_its_library_is_one_line(tmp_path, render):
     if ctypes.util.find_library("OSMesa"):
         pytest.skip("libOSMesa is installed here: MUJOCO_GL=osmesa would work")
     flags = ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "2048"] + ["--capture-video"] * render
+    monkeypatch.delenv("PYOPENGL_PLATFORM", raising=False)  # set by MuJoCo in this process if a test here rendered
     result = run_script("ppo_continuous_action", *flags, cwd=tmp_path, env={"MUJOCO_GL": "osmesa"})
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
