@@ -157,7 +157,8 @@ def check_args(args, world_size=None) -> None:
             batch = f"one update of {world_size} processes ({world_size} x {args.batch_size} = {args.batch_size * world_size})"
         raise ArgError(f"--total-timesteps {args.total_timesteps} is less than {batch}; raise it")
     if getattr(args, "norm_per_env", False) and args.vector_env != "sync":
-        raise ArgError("--norm-per-env needs --vector-env sync, whose envs checkpoints read the statistics from; add it")
+        raise ArgError("--norm-per-env keeps the statistics in each env, where checkpoints reach them with --vector-env sync "
+                       "only; add --vector-env sync")
     if getattr(args, "norm_per_env", False) and world_size > 1:
         raise ArgError("--norm-per-env keeps statistics per env, which torchrun's ranks (X2) do not merge; drop one of them")
     if args.vector_env == "envpool" and args.capture_video:

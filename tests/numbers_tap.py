@@ -10,12 +10,11 @@ writes to OUT (torch.save) a dict with
 - "updates": for each update, the parameter values after its last optimizer step (STEPS_PER_UPDATE steps an update).
 
 Both scripts name their agent `agent` and their rollout storage `obs`, `actions`, ... (ours kept CleanRL's names), so
-the tap reads them from the frames that call Adam, whatever the script; it changes nothing that either computes."""
+the tap reads them from the frames that call Adam, whatever the script; it changes nothing that either computes. The
+script's own folder must be on PYTHONPATH (ours imports ppo_utils, CleanRL's cleanrl_utils)."""
 
-import inspect
 import runpy
 import sys
-from pathlib import Path
 
 import torch
 
@@ -23,15 +22,17 @@ STORAGE = ("obs", "actions", "logprobs", "rewards", "dones", "values")
 
 
 def find_in_frames(names):
-    """The innermost calling frame's variables that hold all of `names`."""
-    for frame_info in inspect.stack()[2:]:
-        variables = frame_info.frame.f_locals
-        if all(name in variables for name in names):
-            return {name: variables[name] for name in names}
-    raise LookupError(f"no calling frame holds {names}")
+    """The variables `names` of the innermost frame that holds them all, above the tap's own two frames."""
+    frame = sys._getframe(2)
+    while frame is not None and not all(name in frame.f_locals for name in names):
+        frame = frame.f_back
+    if frame is None:
+        raise LookupError(f"no calling frame holds {names}")
+    return {name: frame.f_locals[name] for name in names}
 
 
-def tap(out, steps_per_update):
+def tap(steps_per_update):
+    """Puts a recording Adam in torch.optim's place; returns the record it fills."""
     record = {"rollouts": [], "updates": []}
     Adam = torch.optim.Adam
 
@@ -62,8 +63,7 @@ def tap(out, steps_per_update):
 
 if __name__ == "__main__":
     out, steps_per_update, script, *flags = sys.argv[1:]
-    record = tap(out, int(steps_per_update))
+    record = tap(int(steps_per_update))
     sys.argv = [script, *flags]
-    sys.path.insert(0, str(Path(script).resolve().parent))  # ours imports ppo_utils, CleanRL's cleanrl_utils
     runpy.run_path(script, run_name="__main__")
     torch.save(record, out)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, pythonpath_first
 
 CLEANRL_DIR = os.environ.get("CLEANRL_DIR", "")  # relative to where pytest starts, as a user types it
 FOUND = bool(CLEANRL_DIR) and all(Path(CLEANRL_DIR, name).is_file() for name in ("ppo_atari.py", "ppo_continuous_action.py"))
@@ -58,7 +58,7 @@ def tapped_run(script_path, steps_per_update, flags, cwd):
     result = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "numbers_tap.py"), str(out), str(steps_per_update), str(script_path), *flags],
         cwd=cwd,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},  # one torch thread each, as run_script (conftest.py)
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath_first(Path(script_path).parent)},  # see the tap
         capture_output=True,
         text=True,
         timeout=600,
