@@ -252,10 +252,11 @@ class Checkpoints:
     def due(self, iteration):
         return self.rank == 0 and self.interval and iteration % self.interval == 0
 
-    def keep(self, optimizer, envs):
+    def keep(self, optimizer, envs, state=None):
+        """state: the "rng" and "env_stats" to keep; None: this process's RNG states and the statistics of `envs`."""
         if self.rank == 0:
             learning_rates = [group["lr"] for group in optimizer.param_groups]
-            self.kept = {"rng": rng_state(), "env_stats": env_statistics(envs), "lr": learning_rates}
+            self.kept = (state or {"rng": rng_state(), "env_stats": env_statistics(envs)}) | {"lr": learning_rates}
 
     def save(self, agent, optimizer, done: Update, wandb_id):
         """Writes the checkpoint of the finished update `done` with the kept state."""

@@ -185,13 +185,16 @@ class Run:
                 file=sys.stderr,
             )
 
-    def start(self, agent, optimizer, envs, done: Update):
-        """Takes what the checkpoints save, and the update the run starts after (none yet: iteration 0)."""
-        self.agent, self.optimizer, self.envs, self.done = agent, optimizer, envs, done
+    def start(self, agent, optimizer, envs, done: Update, state=None):
+        """Takes what the checkpoints save, and the update the run starts after (none yet: iteration 0). state: a function
+        returning the "rng" and "env_stats" a checkpoint keeps, where the run's are not this process's RNG states and the
+        envs' statistics (ppo_continuous_action_seeds.py: each agent's own); envs: what the run reads of its envs, their
+        num_envs and close()."""
+        self.agent, self.optimizer, self.envs, self.done, self.state = agent, optimizer, envs, done, state
         if self.resumed and self.rank == 0:
             print(f"resumed {self.name} after update {done.iteration} (step {done.global_step}); the envs start new episodes")
         self.log.start(envs.num_envs, done.global_step, self.args.num_iterations * self.args.batch_size * self.world_size)
-        self.checkpoints.keep(optimizer, envs)
+        self.checkpoints.keep(optimizer, envs, state and state())
 
     def should_stop(self, last_step_of_rollout):
         """Whether SIGINT or SIGTERM has come (to any rank: X2 ranks agree every AGREE_EVERY steps and at the end of the
@@ -221,7 +224,7 @@ class Run:
         """Marks an update as finished (what a checkpoint after a stop signal saves); writes the checkpoint every
         --checkpoint-interval updates."""
         self.done = Update(iteration, global_step, kl_beta)
-        self.checkpoints.keep(self.optimizer, self.envs)
+        self.checkpoints.keep(self.optimizer, self.envs, self.state and self.state())
         if self.checkpoints.due(iteration):
             self.save()
 

@@ -1,0 +1,685 @@
+"""PPO for continuous actions, many seeds in one process: ppo_continuous_action.py training one independent agent per
+seed at once. Each agent keeps its own parameters, optimizer, envs, M1-M4 statistics and random streams, and is an
+ordinary run of ppo_continuous_action.py (its own run folder, TensorBoard events and agent.pt); this script computes
+what that one computes for each seed, batched: the agents' layers are applied together as one batched matmul
+(torch.baddbmm over their stacked weights), their envs are stepped as one vector env, and everything that reduces over
+a batch (G3's normalization, G8's clip, X3's stop, G1's adaptive beta, explained variance) does so per agent. What the
+diff against ppo_continuous_action.py shows is what batching adds. No torchrun (X2): one process holds the agents.
+
+    python ppo_continuous_action_seeds.py --env-id Hopper-v5 --seeds 1 2 3
+"""
+
+import os
+from dataclasses import dataclass
+from functools import partial
+from types import SimpleNamespace
+from typing import ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.utils import RunningMeanStd
+from torch.distributions.normal import Normal
+
+from ppo_utils.checkpoints import Update
+from ppo_utils.compiled import compiled_backward
+from ppo_utils.distributed import distributed_setup, launched_processes, seed_everything
+from ppo_utils.flag_checks import check_args
+from ppo_utils.run import STOPPED, NonFiniteError, Run, main
+from ppo_utils.seeds import agent_args, agent_infos, agent_state, check_seeds, restore_agents, resume_agents
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (one folder name), part of the run folder runs/{env_id}__{exp_name}__{seed}__{time}"""
+    seed: tyro.conf.Suppress[int] = 1
+    """one agent's seed (each agent's run and checkpoint has one); --seeds sets them"""
+    torch_deterministic: bool = True
+    """sets `torch.backends.cudnn.deterministic`"""
+    cuda: bool = True
+    """use CUDA when a GPU is present (the CPU otherwise)"""
+    torch_threads: int = 1
+    """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core; 1 suits these small MLPs best"""
+    compile: bool = True
+    """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; README: Flag notes)"""
+    tf32: bool = False
+    """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
+    fused_adam: bool = True
+    """Adam's fused kernel (faster; the same steps up to float rounding); off: PyTorch's default Adam, as CleanRL uses"""
+    track: bool = False
+    """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
+    wandb_project_name: str = "ppo-details"
+    """the wandb project"""
+    wandb_entity: str | None = None
+    """the wandb entity (team); None: your default entity"""
+    capture_video: bool = False
+    """record videos of env 0 under runs/{run_name}/videos (headless: MUJOCO_GL defaults to egl)"""
+    save_model: bool = False
+    """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
+    checkpoint_interval: int | None = None
+    """write runs/{run_name}/agent.pt every this many updates; None: every 100 with --save-model, else never; 0: never"""
+    resume: str | None = None
+    """continue the run saved in this agent.pt with its own flags, schedules, statistics and RNG states (new episodes)"""
+    eval_checkpoint: str | None = None
+    """instead of training, load this agent.pt (written by --save-model) and report its mean episodic return"""
+    eval_episodes: int = 10
+    """how many episodes --eval-checkpoint plays"""
+
+    env_id: str = "Hopper-v5"
+    """a gymnasium environment with a continuous (Box) action space"""
+    total_timesteps: int = 1_000_000
+    """environment steps of the whole run, summed over the parallel envs"""
+    num_envs: int = 1
+    """(G10) number of parallel environments"""
+    num_steps: int = 2048
+    """(G10) steps per environment in each rollout (the paper's horizon T)"""
+    vector_env: Literal["sync", "async"] = "sync"
+    """(G10) gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (one subprocess per env)"""
+
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"
+    """(G1) the paper's Table 1 objective: clipped, unclipped, or a KL penalty, fixed (--kl-beta) or adaptive (--kl-dtarg)"""
+    clip_coef: float = 0.2
+    """(G1, G4) the clip range epsilon of the surrogate and of the value loss, > 0 (no clipping: G1 unclipped, G4 off)"""
+    kl_beta: float = 1.0
+    """(G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)"""
+    kl_dtarg: float = 0.01
+    """(G1) the target KL d_targ of kl-adaptive"""
+    gae: bool = True
+    """(G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end"""
+    gamma: float = 0.99
+    """(G2) the discount factor gamma, in [0, 1]"""
+    gae_lambda: float = 0.95
+    """(G2) the GAE lambda, in [0, 1]"""
+    norm_adv: bool = True
+    """(G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed"""
+    clip_vloss: bool = True
+    """(G4) clip the value loss around the rollout's values, as the surrogate is clipped; off: plain squared error"""
+    ent_coef: float = 0.0
+    """(G5) the coefficient of the entropy bonus in the loss; 0 turns it off"""
+    vf_coef: float = 0.5
+    """(G5) the coefficient of the value loss in the loss"""
+    anneal_lr: bool = True
+    """(G6) anneal the learning rate linearly to 0 over the run; off: constant"""
+    learning_rate: float = 3e-4
+    """(G6) the Adam learning rate (at the start of the run)"""
+    num_minibatches: int = 32
+    """(G7) minibatches per epoch; 1 = the full batch"""
+    update_epochs: int = 10
+    """(G7) epochs over each rollout"""
+    max_grad_norm: float = 0.5
+    """(G8) clip the global L2 norm of all gradients to this value; 0 turns it off"""
+    ortho_init: bool = True
+    """(G9) orthogonal weights (gain sqrt(2) hidden, 0.01 policy, 1 value), zero biases; off: PyTorch's default init"""
+    adam_eps: float = 1e-5
+    """(G11) the epsilon of Adam (PyTorch's default is 1e-8)"""
+
+    norm_obs: bool = True
+    """(M1) normalize observations by a running mean and variance shared by all envs (and torchrun ranks); off: raw"""
+    clip_obs: float = 10.0
+    """(M2) clip normalized observations to [-clip_obs, clip_obs]; 0 turns it off (as does --no-norm-obs)"""
+    norm_reward: bool = True
+    """(M3) divide rewards by the running std of a discounted return (no mean subtracted); off: raw rewards"""
+    clip_reward: float = 10.0
+    """(M4) clip scaled rewards to [-clip_reward, clip_reward]; 0 turns it off (as does --no-norm-reward)"""
+    norm_per_env: bool = False
+    """(M1, M3) normalize in each env by itself with gymnasium's single-env wrappers, as CleanRL (docs/cleanrl.md);
+    off (the reference): one set of statistics for all envs, the episode's final observation not counted"""
+    state_dependent_std: bool = False
+    """(M5) a network head outputs the log-std; off (the reference): a state-independent log-std parameter"""
+    log_std_init: float = 0.0
+    """(M5) the initial log-std (the bias of the head with --state-dependent-std)"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """(M6) the activation of the hidden layers"""
+    shared_network: bool = False
+    """(M7) policy and value share their hidden layers; off (the reference): two separate networks"""
+    clip_action: bool = True
+    """(M8) clip actions to the action space for the env only, storing the unclipped sample; off: the raw sample"""
+
+    anneal_clip_coef: bool = False
+    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate"""
+    target_kl: float | None = None
+    """(X3) stop an update's epochs once the approximate KL of an epoch's last minibatch exceeds this; None: off"""
+
+    bootstrap_truncated: bool = False
+    """(B1) add gamma * V(final obs) to the last reward of a time-limit truncation; off (the reference): as a termination"""
+
+    script: ClassVar[str] = "ppo_continuous_action.py"  # each agent's checkpoint is a run of that script
+    env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
+    minibatch_unit: ClassVar[str] = "batch_size"  # --num-minibatches must divide this
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
+        return self.total_timesteps // (self.batch_size * launched_processes())
+
+
+@dataclass
+class SeedsArgs(Args):
+    seeds: tuple[int, ...] = (1,)
+    """the seeds, one agent each (agent i is the run of ppo_continuous_action.py --seed seeds[i]), in 0 .. 2**32 - 1"""
+    resume: tuple[str, ...] = ()
+    """continue the runs saved in these agent.pt files (one per seed, from one batched run or from runs of
+    ppo_continuous_action.py with the same flags and counters) with their own flags, statistics and RNG states"""
+    eval_checkpoint: tyro.conf.Suppress[str | None] = None  # an agent plays with ppo_continuous_action.py --eval-checkpoint
+
+    script: ClassVar[str] = os.path.basename(__file__)
+
+
+def make_env(args: Args, idx: int, video_folder: str | None):
+    def thunk():
+        if args.capture_video and video_folder is not None:
+            os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
+            env = gym.make(args.env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_folder)
+        else:
+            env = gym.make(args.env_id)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return, before any scaling
+        if args.norm_per_env and args.norm_obs:  # M1, M2 in this env alone (CleanRL's placement)
+            env = gym.wrappers.NormalizeObservation(env)
+            if args.clip_obs > 0:
+                clip = lambda obs: np.clip(obs, -args.clip_obs, args.clip_obs)
+                env = gym.wrappers.TransformObservation(env, clip, env.observation_space)
+        if args.norm_per_env and args.norm_reward:  # M3, M4 in this env alone
+            env = gym.wrappers.NormalizeReward(env, gamma=args.gamma)
+            env = gym.wrappers.ClipReward(env, -args.clip_reward, args.clip_reward) if args.clip_reward > 0 else env
+        return env
+
+    return thunk
+
+
+def make_envs(args: SeedsArgs, video_folders=None) -> gym.vector.VectorEnv:
+    """The parallel envs (G10) of all agents as one vector env, agent a's envs at a * num_envs ... (a + 1) * num_envs - 1
+    (video_folders[a]: where env 0 of agent a records), and the reference's vector-level wrappers, in the reference's
+    order, M1-M4 with statistics per agent."""
+    num_agents, video_folders = len(args.seeds), video_folders or [None] * len(args.seeds)
+    thunks = [make_env(args, i, video_folders[i // args.num_envs] if i % args.num_envs == 0 else None)
+              for i in range(num_agents * args.num_envs)]  # fmt: skip
+    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
+    # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
+    # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
+    envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+    if args.clip_action:
+        envs = gym.wrappers.vector.ClipAction(envs)  # M8
+    if args.norm_per_env:
+        return envs  # M1-M4 are inside each env (make_env)
+    if args.norm_obs:
+        envs = NormalizeObservation(envs, num_agents, clip=args.clip_obs)  # M1, M2
+    if args.norm_reward:
+        envs = NormalizeReward(envs, num_agents, gamma=args.gamma)  # M3
+    if args.norm_reward and args.clip_reward > 0:
+        envs = gym.wrappers.vector.ClipReward(envs, -args.clip_reward, args.clip_reward)  # M4
+    return envs
+
+
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """M1 and M2 as ppo_continuous_action.py does them (ppo_utils' NormalizeObservation: the reference's VecNormalize,
+    the final observation normalized but not counted), with the running mean and variance kept per agent: the statistics
+    have a leading agent axis, and agent a's envs count toward and are normalized by row a alone."""
+
+    def __init__(self, env: gym.vector.VectorEnv, num_agents: int, clip: float, epsilon: float = 1e-8):
+        super().__init__(env)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, env.single_observation_space.shape, np.float32)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
+        self.obs_rms = RunningMeanStd(shape=(num_agents,) + env.single_observation_space.shape)
+        self.num_agents, self.clip, self.epsilon, self.update_running_mean = num_agents, clip, epsilon, True
+
+    def by_agent(self, obs):
+        """(num_agents * num_envs, ...) -> (num_envs, num_agents, ...): RunningMeanStd counts along the first axis."""
+        return obs.reshape((self.num_agents, -1) + obs.shape[1:]).swapaxes(0, 1)
+
+    def normalize(self, obs, agent=slice(None)):
+        obs = (obs - self.obs_rms.mean[agent]) / np.sqrt(self.obs_rms.var[agent] + self.epsilon)
+        return (np.clip(obs, -self.clip, self.clip) if self.clip > 0 else obs).astype(np.float32)  # M2
+
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        if self.update_running_mean:
+            self.obs_rms.update(self.by_agent(obs))
+        return self.normalize(self.by_agent(obs)).swapaxes(0, 1).reshape(obs.shape), infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if self.update_running_mean:
+            self.obs_rms.update(self.by_agent(obs))
+        if "final_obs" in infos:
+            final_obs = infos["final_obs"].copy()
+            for i in np.flatnonzero(infos["_final_obs"]):
+                final_obs[i] = self.normalize(final_obs[i], agent=i * self.num_agents // self.num_envs)
+            infos["final_obs"] = final_obs
+        return self.normalize(self.by_agent(obs)).swapaxes(0, 1).reshape(obs.shape), rewards, terminations, truncations, infos
+
+
+class NormalizeReward(gym.vector.VectorWrapper):
+    """M3 as ppo_continuous_action.py does it (gymnasium's vector NormalizeReward under SAME_STEP autoreset: each env's
+    discounted return, restarted after every episode end, and rewards divided by the running std of those returns),
+    with the running variance kept per agent."""
+
+    def __init__(self, env: gym.vector.VectorEnv, num_agents: int, gamma: float, epsilon: float = 1e-8):
+        super().__init__(env)
+        self.return_rms = RunningMeanStd(shape=(num_agents,))
+        self.accumulated_reward = np.zeros(env.num_envs, dtype=np.float32)
+        self.num_agents, self.gamma, self.epsilon, self.update_running_mean = num_agents, gamma, epsilon, True
+
+    def reset(self, **kwargs):
+        self.accumulated_reward[:] = 0
+        return self.env.reset(**kwargs)
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        self.accumulated_reward[:] = self.accumulated_reward * self.gamma * (1 - terminations) + rewards
+        if self.update_running_mean:
+            self.return_rms.update(self.accumulated_reward.reshape(self.num_agents, -1).T)
+        self.accumulated_reward[terminations | truncations] = 0  # the env has started its next episode
+        scale = np.sqrt(self.return_rms.var + self.epsilon)
+        return obs, (rewards.reshape(self.num_agents, -1) / scale[:, None]).reshape(-1), terminations, truncations, infos
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
+    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
+    if ortho:
+        torch.nn.init.orthogonal_(layer.weight, std)
+        torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, args: Args):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape))
+        activation = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation]  # M6
+        ortho = args.ortho_init
+
+        def body():  # two hidden layers of 64 units
+            return nn.Sequential(
+                layer_init(nn.Linear(obs_dim, 64), ortho=ortho),
+                activation(),
+                layer_init(nn.Linear(64, 64), ortho=ortho),
+                activation(),
+            )
+
+        # built in CleanRL's order (the critic whole, then the actor), so that a seed draws the same initial weights
+        self.shared_network = args.shared_network
+        self.critic_body = body()
+        self.critic = layer_init(nn.Linear(64, 1), std=1.0, ortho=ortho)
+        self.actor_body = self.critic_body if args.shared_network else body()  # M7
+        self.actor_mean = layer_init(nn.Linear(64, act_dim), std=0.01, ortho=ortho)
+        self.state_dependent_std = args.state_dependent_std
+        if args.state_dependent_std:  # M5 ablation
+            self.actor_logstd = layer_init(nn.Linear(64, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho)
+        else:  # M5
+            self.actor_logstd = nn.Parameter(torch.full((1, act_dim), args.log_std_init))
+
+    def get_value(self, x):
+        return self.critic(self.critic_body(x))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.actor_body(x)
+        action_mean = self.actor_mean(hidden)
+        if self.state_dependent_std:
+            action_logstd = self.actor_logstd(hidden)
+        else:
+            action_logstd = self.actor_logstd.expand_as(action_mean)
+        probs = Normal(action_mean, action_logstd.exp(), validate_args=False)  # a NaN goes on to the guard in train()
+        if action is None:
+            action = probs.sample()
+        value = self.critic(hidden if self.shared_network else self.critic_body(x))
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), value
+
+
+class Agents(nn.Module):
+    """The agents of all seeds, each an `Agent` with its own parameters, called together: every layer applies each agent's
+    weights to that agent's inputs, all agents in one batched matmul (torch.baddbmm over the weights stacked on a leading
+    agent axis), which costs about what one agent's call costs. Inputs and outputs are Agent's with the agent axis first:
+    x is (num_agents, batch, obs_dim). `weights`: the stacked parameters (stacked(); a rollout makes them once)."""
+
+    def __init__(self, agents):
+        super().__init__()
+        self.agents = nn.ModuleList(agents)
+        self.shared_network, self.state_dependent_std = agents[0].shared_network, agents[0].state_dependent_std
+        self.activation = agents[0].critic_body[1]  # M6
+
+    def stacked(self):
+        """{name: the parameter of every agent, stacked}; autograd hands each agent its part of the gradient."""
+        names = [name for name, _ in self.agents[0].named_parameters()]
+        return dict(zip(names, map(torch.stack, zip(*(agent.parameters() for agent in self.agents)))))
+
+    def layer(self, weights, name, x):  # nn.Linear `name` of every agent
+        return torch.baddbmm(weights[f"{name}.bias"].unsqueeze(1), x, weights[f"{name}.weight"].transpose(1, 2))
+
+    def body(self, weights, name, x):  # Agent's body(): two hidden layers of 64 units
+        return self.activation(self.layer(weights, f"{name}.2", self.activation(self.layer(weights, f"{name}.0", x))))
+
+    def get_value(self, x, weights=None):
+        weights = weights or self.stacked()
+        return self.layer(weights, "critic", self.body(weights, "critic_body", x))
+
+    def get_action_and_value(self, x, action=None, generators=None, weights=None):
+        weights = weights or self.stacked()
+        hidden = self.body(weights, "critic_body" if self.shared_network else "actor_body", x)  # M7
+        action_mean = self.layer(weights, "actor_mean", hidden)
+        if self.state_dependent_std:
+            action_logstd = self.layer(weights, "actor_logstd", hidden)
+        else:
+            action_logstd = weights["actor_logstd"].expand_as(action_mean)
+        probs = Normal(action_mean, action_logstd.exp(), validate_args=False)  # a NaN goes on to the guard in train()
+        if action is None:  # each agent draws from its own generator what Normal.sample() draws from torch's in Agent
+            noise = torch.stack([torch.randn(x.shape[1:2] + action_mean.shape[2:], generator=g, device=x.device)
+                                 for g in generators])  # fmt: skip
+            action = action_mean + probs.scale * noise
+        value = self.layer(weights, "critic", hidden if self.shared_network else self.body(weights, "critic_body", x))
+        return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), value
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
+    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
+    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
+    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values."""
+    num_steps = rewards.shape[0]
+    if gae:
+        advantages = torch.zeros_like(rewards)
+        lastgaelam = 0
+        for t in reversed(range(num_steps)):
+            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+            nextvalues = next_value if t == num_steps - 1 else values[t + 1]
+            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        returns = advantages + values
+    else:
+        returns = torch.zeros_like(rewards)
+        next_return = next_value
+        for t in reversed(range(num_steps)):
+            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+            returns[t] = next_return = rewards[t] + gamma * nextnonterminal * next_return
+        advantages = returns - values
+    return advantages, returns
+
+
+def normalize_advantages(advantages):
+    """G3, applied to each agent's minibatch (the last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
+    reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples."""
+    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
+
+
+def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`. The KL penalty uses the
+    estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased, with the exact KL's
+    gradient in expectation."""
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    pg_loss = -advantages * ratio
+    if surrogate == "clip":
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
+    if surrogate == "unclipped":
+        return pg_loss.mean(-1)
+    return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
+
+
+def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
+    """G4: half the squared error, with clip_vloss the larger of the plain and the clipped-around-oldvalue errors."""
+    v_loss = (newvalue - returns) ** 2
+    if clip_vloss:
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+        v_loss = torch.max(v_loss, (v_clipped - returns) ** 2)
+    return 0.5 * v_loss.mean(-1)
+
+
+def adapt_kl_beta(kl_beta, kl, kl_dtarg):
+    """G1 kl-adaptive: the paper's rule, applied once per update with the KL measured after it."""
+    if kl < kl_dtarg / 1.5:
+        return kl_beta / 2
+    if kl > kl_dtarg * 1.5:
+        return kl_beta * 2
+    return kl_beta
+
+
+def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
+    """G1, G3, G4, G5: the loss of one minibatch of every agent (a dict with the keys of the flat batch, each shaped
+    (num_agents, minibatch_size, ...)), summed over the agents (each agent's gradient is that of its own loss), and its
+    logged statistics, one per agent; KL estimates and clip fraction carry no gradient."""
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+    logratio = newlogprob - mb["logprobs"]
+    with torch.no_grad():
+        ratio = logratio.exp()
+        old_approx_kl = (-logratio).mean(-1)
+        approx_kl = ((ratio - 1) - logratio).mean(-1)
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
+    v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    entropy_loss = entropy.mean(-1)
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss.sum(), stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
+
+
+def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
+    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
+    --compile (the default) swaps in ppo_utils.compiled.compiled_backward(ppo_loss): the same, as one compiled graph."""
+    loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
+    loss.backward()
+    return mb_stats
+
+
+def update_policy(agent, optimizers, batch, args: Args, clip_coef, kl_beta, shufflers, backward=ppo_backward):
+    """G7: `update_epochs` epochs of minibatch steps on each agent's flat batch (a dict, built in train(), with the agent
+    axis first), each agent with its own optimizer and its own shuffle (shufflers: one numpy RandomState per agent).
+    backward: ppo_backward or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each per agent
+    the mean over its minibatches, as tensors, and "epochs", the epochs each agent ran (X3 stops agents one by one: a
+    stopped agent's optimizer steps no more and its shuffle draws no more, while the others go on)."""
+    num_agents, device = len(optimizers), batch["obs"].device
+    b_inds = np.tile(np.arange(args.batch_size), (num_agents, 1))
+    agent_axis = torch.arange(num_agents, device=device)[:, None]
+    running = [True] * num_agents  # X3: the agents whose update goes on
+    epochs, logged = [0] * num_agents, []  # each minibatch's statistics, and whose (the update logs each agent's mean)
+    for epoch in range(args.update_epochs):
+        for i in np.flatnonzero(running):
+            shufflers[i].shuffle(b_inds[i])
+            epochs[i] += 1
+        for start in range(0, args.batch_size, args.minibatch_size):
+            mb_inds = torch.as_tensor(b_inds[:, start : start + args.minibatch_size], device=device)
+            mb = {key: value[agent_axis, mb_inds] for key, value in batch.items()}
+            agent.zero_grad()
+            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients; ppo_loss's statistics
+            logged.append(torch.stack(list(mb_stats.values()), dim=1))
+            for i in np.flatnonzero(running):
+                if args.max_grad_norm > 0:
+                    nn.utils.clip_grad_norm_(agent.agents[i].parameters(), args.max_grad_norm)  # G8, per agent
+                optimizers[i].step()
+
+        approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
+        if args.target_kl is not None:
+            running = [run and not kl > args.target_kl for run, kl in zip(running, approx_kl.tolist())]  # device sync
+            if not any(running):
+                break
+    minibatches = torch.tensor(epochs, device=device)[:, None] * (args.batch_size // args.minibatch_size)
+    per_minibatch = torch.stack(logged)  # (minibatches, agents, statistics); an agent's first ones are its own
+    ran = torch.arange(len(logged), device=device)[:, None] < minibatches.T  # (minibatches, agents)
+    means = (per_minibatch * ran[..., None]).sum(0) / minibatches
+    return dict(zip(mb_stats, means.T)) | {"epochs": epochs}
+
+
+def batch_kl(agent, batch):
+    """Each agent's estimate of KL[pi_old, pi] over its whole batch, measured after an update (for kl-adaptive)."""
+    with torch.no_grad():
+        _, newlogprob, _, _ = agent.get_action_and_value(batch["obs"], batch["actions"])
+        logratio = newlogprob - batch["logprobs"]
+        return ((logratio.exp() - 1) - logratio).mean(-1)
+
+
+def truncation_bootstrap(agent, infos, terminations, truncations, gamma, weights):
+    """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others (each
+    env's value from its own agent)."""
+    device = next(agent.parameters()).device
+    cut = truncations & ~terminations
+    bonus = np.zeros(len(cut), dtype=np.float32)
+    if cut.any():
+        final_obs = np.zeros((len(cut),) + infos["final_obs"][cut][0].shape, dtype=np.float32)
+        final_obs[cut] = np.stack(infos["final_obs"][cut])
+        final_obs = torch.as_tensor(final_obs, device=device).view(len(agent.agents), -1, *final_obs.shape[1:])
+        with torch.inference_mode():
+            bonus[cut] = gamma * agent.get_value(final_obs, weights).flatten().cpu().numpy()[cut]  # device sync
+    return bonus
+
+
+def train(args: SeedsArgs, stop_signals=()):
+    """The whole run of every agent; returns the agents, each one's episodic returns and the last rollout (for tests and
+    notebooks). Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes
+    the current env step, saves a checkpoint of every agent, closes everything and returns."""
+    args, resumed = resume_agents(args, Args)  # --resume: the runs go on with their checkpoints' flags (others are refused)
+    check_seeds(args)
+    check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
+    _, _, device = distributed_setup(args.cuda)
+    num_agents = len(args.seeds)
+    paths = args.resume or [None] * num_agents
+    runs = [Run(agent_args(args, Args, seed, path), resumed=checkpoint, rank=0, world_size=1, stop_signals=stop_signals)
+            for seed, checkpoint, path in zip(args.seeds, resumed, paths)]  # fmt: skip
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
+
+    envs = make_envs(args, [run.video_folder for run in runs])
+    agents, optimizers, generators, shufflers = [], [], [], []
+    fused = args.fused_adam or None  # None: PyTorch's default Adam
+    for seed in args.seeds:  # each agent as ppo_continuous_action.py --seed `seed` makes it, with the streams it draws
+        seed_everything(seed, args.torch_deterministic)  # python, numpy, torch
+        agents.append(Agent(envs, args).to(device))
+        optimizers.append(torch.optim.Adam(agents[-1].parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused))
+        generators.append(torch.Generator(device).manual_seed(seed))  # its actions' noise: torch's stream after the init
+        if device.type == "cpu":
+            generators[-1].set_state(torch.get_rng_state())
+        shufflers.append(np.random.RandomState(seed))  # its minibatches' shuffles: numpy's stream
+    agent = Agents(agents)
+    backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
+    done = [Update(iteration=0, global_step=0, kl_beta=args.kl_beta)] * num_agents  # the last finished update: none yet
+    if resumed[0]:  # the checkpoints' parameters, optimizers, env statistics and RNG states replace those made above
+        done = restore_agents(resumed, agents, optimizers, envs, shufflers, generators)
+    share = SimpleNamespace(num_envs=args.num_envs, close=envs.close)  # what a run reads of its envs: its agent's count
+    for i, run in enumerate(runs):  # each run's checkpoints keep its agent's own state
+        run.start(
+            agents[i], optimizers[i], share, done[i], partial(agent_state, envs, i, shufflers, generators, args.num_envs)
+        )
+    global_step, kl_beta = done[0].global_step, [update.kl_beta for update in done]
+
+    # storage, with the agent axis after the step's; dones[t] = 1 where obs[t] is the first observation of a new episode
+    # (step t-1 ended one). The rewards and episode ends stay on the host until the rollout ends: a step copies the
+    # observations in and the action out
+    shape = (args.num_steps, num_agents, args.num_envs)
+    obs = torch.zeros(shape + envs.single_observation_space.shape, device=device)
+    actions = torch.zeros(shape + envs.single_action_space.shape, device=device)
+    logprobs = torch.zeros(shape, device=device)
+    rewards = torch.zeros(shape)
+    dones = torch.zeros(shape)
+    values = torch.zeros(shape, device=device)
+
+    # agent a's env i: seed_a + i (a resumed run adds the step it starts from)
+    next_obs, _ = envs.reset(seed=[seed + global_step + i for seed in args.seeds for i in range(args.num_envs)])
+    next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(shape[1:] + next_obs.shape[1:])
+    next_done = torch.zeros(shape[1:])
+
+    for iteration in range(done[0].iteration + 1, args.num_iterations + 1):
+        frac = 1.0 - (iteration - 1.0) / args.num_iterations
+        if args.anneal_lr:
+            for optimizer in optimizers:
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
+        clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
+
+        with torch.no_grad():
+            weights = agent.stacked()  # the agents' weights, stacked once for the rollout
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(next_obs, generators=generators, weights=weights)
+            values[step] = value.squeeze(-1)
+            actions[step] = action  # M8: the unclipped sample is stored; ClipAction clips what the env gets
+            logprobs[step] = logprob
+
+            next_obs, reward, terminations, truncations, infos = envs.step(action.flatten(0, 1).cpu().numpy())  # device sync
+            if args.bootstrap_truncated:
+                reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma, weights)  # B1
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32).view(shape[1:])
+            next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(obs.shape[1:])
+            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32).view(shape[1:])
+            for i, run in enumerate(runs):
+                run.log.record_episodes(agent_infos(infos, i, args.num_envs), global_step)
+            stopping = [run.should_stop(last_step_of_rollout=step == args.num_steps - 1) for run in runs]  # SIGINT, SIGTERM
+            if any(stopping):
+                break
+        if runs[0].stopping:
+            break  # the unfinished rollout is dropped; the checkpoints are the last finished update's
+
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).squeeze(-1)
+            advantages, returns = compute_gae(  # the rollout's rewards and episode ends go to the device once
+                rewards.to(device), values, dones.to(device), next_value, next_done.to(device),
+                args.gamma, args.gae_lambda, args.gae,
+            )  # fmt: skip
+
+        batch = {  # each agent's rollout flattened as ppo_continuous_action.py flattens it: (agent, step * env, ...)
+            "obs": obs.transpose(0, 1).reshape((num_agents, -1) + envs.single_observation_space.shape),
+            "actions": actions.transpose(0, 1).reshape((num_agents, -1) + envs.single_action_space.shape),
+            "logprobs": logprobs.transpose(0, 1).reshape(num_agents, -1),
+            "advantages": advantages.transpose(0, 1).reshape(num_agents, -1),
+            "returns": returns.transpose(0, 1).reshape(num_agents, -1),
+            "values": values.transpose(0, 1).reshape(num_agents, -1),
+        }
+        beta = torch.tensor(kl_beta, device=device)  # each agent's G1 KL coefficient
+        stats = update_policy(agent, optimizers, batch, args, clip_coef, beta, shufflers, backward)
+        failed = []  # the NaN guard, agent by agent: a failed agent's run closes; the others save this update
+        for i, run in enumerate(runs):
+            try:
+                run.check_finite({key: value[i] for key, value in stats.items() if key != "epochs"}, iteration, global_step)
+            except NonFiniteError as e:
+                failed.append(f"seed {args.seeds[i]}: {e}")
+        if args.surrogate == "kl-adaptive":
+            kls = batch_kl(agent, batch).tolist()  # device sync
+            kl_beta = [adapt_kl_beta(beta, kl, args.kl_dtarg) for beta, kl in zip(kl_beta, kls)]  # G1
+
+        losses = {f"losses/{key}": value.tolist() for key, value in stats.items() if key != "epochs"}  # device sync
+        y_preds, y_trues = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
+        for i, run in enumerate(runs):
+            if run.log.writer is None or failed and any(f.startswith(f"seed {args.seeds[i]}:") for f in failed):
+                continue
+            y_pred, y_true = y_preds[i], y_trues[i]
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            scalars = {"charts/learning_rate": optimizers[i].param_groups[0]["lr"], "charts/clip_coef": clip_coef}
+            if args.surrogate in ("kl-fixed", "kl-adaptive"):
+                scalars["charts/kl_beta"] = kl_beta[i]
+            if args.target_kl is not None:
+                scalars["charts/update_epochs"] = stats["epochs"][i]  # X3: the epochs run before the KL stopped the update
+            scalars |= {key: value[i] for key, value in losses.items()}
+            scalars["losses/explained_variance"] = explained_var
+            run.log.write(global_step, scalars)  # with the episodes that ended and the SPS
+            run.finish_update(iteration, global_step, kl_beta[i])  # a checkpoint every --checkpoint-interval updates
+        if failed:
+            for i, run in enumerate(runs):
+                if not any(f.startswith(f"seed {args.seeds[i]}:") for f in failed):
+                    run.save()
+                    run.close()
+            raise NonFiniteError("; ".join(failed) + "; the other seeds' agents are saved after this update")
+
+    for run in runs:
+        run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
+    if runs[0].stopping:
+        print(f"{STOPPED} python {os.path.basename(__file__)} --resume {' '.join(run.checkpoints.path for run in runs)}")
+    rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
+    returns, sps, names = [run.log.episodic_returns for run in runs], [run.log.sps for run in runs], [run.name for run in runs]
+    return {"agent": agent, "run_name": names, "episodic_returns": returns, "rollout": rollout, "sps": sps}
+
+
+if __name__ == "__main__":
+    # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
+    main(tyro.cli(SeedsArgs), train, make_envs, Agent)

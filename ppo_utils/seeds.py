@@ -1,0 +1,113 @@
+"""The run plumbing of ppo_continuous_action_seeds.py, which trains one agent per seed in one process and makes each an
+ordinary run of ppo_continuous_action.py: each agent's flags, what its checkpoint keeps of the process's shared state
+(its own random streams, its rows of the M1/M3 statistics), --resume of several checkpoints at once, and each agent's
+part of a vector env step's infos. It decides no PPO detail."""
+
+import random
+from dataclasses import fields, replace
+
+import numpy as np
+import torch
+
+from .checkpoints import Update, optimizer_in_current_order, resume_flags
+from .distributed import launched_processes
+from .env_adapters import env_statistics, set_env_statistics
+from .flag_checks import ArgError
+
+
+def agent_args(args, run_args, seed, resume=None):
+    """One agent's flags as `run_args` (the Args of ppo_continuous_action.py, which its checkpoint saves): those of
+    `args`, with its seed and the checkpoint it resumes."""
+    own = {field.name: getattr(args, field.name) for field in fields(run_args) if field.name not in ("seed", "resume")}
+    return run_args(**own, seed=seed, resume=resume)
+
+
+def check_seeds(args):
+    """The batched script's own rules: distinct seeds in numpy's range, one process, wandb for one run."""
+    for seed in args.seeds:
+        if not 0 <= seed < 2**32:
+            raise ArgError(f"--seeds {seed}: pass seeds in 0 .. 2**32 - 1 (numpy's range)")
+    if not args.seeds or len(set(args.seeds)) < len(args.seeds):
+        raise ArgError(f"--seeds {' '.join(map(str, args.seeds))}: pass one or more distinct seeds")
+    if launched_processes() > 1:
+        raise ArgError(f"{args.script} trains its agents in one process; for torchrun (X2) use ppo_continuous_action.py")
+    if args.track and len(args.seeds) > 1:
+        raise ArgError("--track sends one run per process to wandb; pass one seed, or `wandb sync` the runs' folders later")
+
+
+def resume_agents(args, run_args):
+    """--resume A B ...: (args with the flags and seeds of the checkpoints, the checkpoints); without --resume, (args, a
+    None per seed). Each run continues with its own flags, as ppo_continuous_action.py --resume does; the runs must have
+    the same flags (their seeds apart) and have ended the same update, so that they go on in step."""
+    if not args.resume:
+        return args, [None] * len(args.seeds)
+    if args.seeds != type(args)().seeds:
+        raise ArgError("--resume continues each run with its own seed; drop --seeds")
+    loaded = [resume_flags(agent_args(args, run_args, run_args().seed, path)) for path in args.resume]
+    (first, checkpoint), seeds = loaded[0], [flags.seed for flags, _ in loaded]
+    for path, (flags, other) in zip(args.resume[1:], loaded[1:]):
+        if replace(flags, seed=first.seed, resume=None) != replace(first, resume=None):
+            raise ArgError(f"--resume {path} was trained with other flags than {args.resume[0]}; resume it by itself")
+        if other["iteration"] != checkpoint["iteration"]:
+            raise ArgError(
+                f"--resume {path} ended update {other['iteration']} and {args.resume[0]} update {checkpoint['iteration']}; "
+                "resume each by itself with ppo_continuous_action.py --resume"
+            )
+    if len(set(seeds)) < len(seeds):
+        raise ArgError(f"--resume: two of these runs have seed {max(seeds, key=seeds.count)}; resume each once")
+    own = {field.name: getattr(first, field.name) for field in fields(run_args) if field.name not in ("seed", "resume")}
+    return type(args)(**own, seeds=tuple(seeds), resume=args.resume), [checkpoint for _, checkpoint in loaded]
+
+
+def agent_infos(infos, agent, num_envs):
+    """The part of a vector env step's infos that belongs to agent `agent`'s envs (each array sliced, dicts recursed)."""
+    part = slice(agent * num_envs, (agent + 1) * num_envs)
+    return {key: value_part(value, part) for key, value in infos.items()}
+
+
+def value_part(value, part):
+    return {key: value_part(v, part) for key, v in value.items()} if isinstance(value, dict) else value[part]
+
+
+def agent_state(envs, agent, shufflers, generators, num_envs):
+    """What agent `agent`'s checkpoint keeps besides its model and optimizer, in the form of ppo_continuous_action.py's
+    (which restores it as the process's RNG states and env statistics): its random streams (numpy's, its shuffles;
+    torch's, its action noise) and its M1/M3 statistics (its row of each; with --norm-per-env, its envs' entries)."""
+    name, keys, *rest = shufflers[agent].get_state()
+    rng = {"python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), *rest)}
+    generator = generators[agent]
+    if generator.device.type == "cpu":
+        rng |= {"torch": generator.get_state(), "cuda": []}
+    else:  # on a GPU the agent draws its noise from a CUDA generator, where ppo_continuous_action.py would
+        rng |= {"torch": torch.get_rng_state(), "cuda": [generator.get_state()]}
+    stats = {}
+    for key, value in env_statistics(envs).items():
+        if isinstance(value, list):  # --norm-per-env: one entry per env
+            stats[key] = value[agent * num_envs : (agent + 1) * num_envs]
+        elif value is not None:
+            stats[key] = {"mean": value["mean"][agent].clone(), "var": value["var"][agent].clone(), "count": value["count"]}
+        else:
+            stats[key] = None
+    return {"rng": rng, "env_stats": stats}
+
+
+def restore_agents(checkpoints, agents, optimizers, envs, shufflers, generators):
+    """--resume: loads each checkpoint's parameters, optimizer and random streams into its agent, and the M1/M3
+    statistics of all of them into the envs' rows. Returns each agent's Update."""
+    for checkpoint, agent, optimizer, shuffler, generator in zip(checkpoints, agents, optimizers, shufflers, generators):
+        agent.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(optimizer_in_current_order(checkpoint["optimizer"], checkpoint["model"], agent))
+        name, keys, *rest = checkpoint["rng"]["numpy"]
+        shuffler.set_state((name, keys.numpy().astype(np.uint32), *rest))
+        cpu = generator.device.type == "cpu"
+        generator.set_state(checkpoint["rng"]["torch"] if cpu else checkpoint["rng"]["cuda"][0])
+    stats = {}
+    for key in ("obs_rms", "return_rms"):
+        saved = [checkpoint["env_stats"][key] for checkpoint in checkpoints]
+        if saved[0] is None or isinstance(saved[0], list):  # none, or --norm-per-env's entries, env after env
+            stats[key] = None if saved[0] is None else [entry for entries in saved for entry in entries]
+        else:
+            stacked = {part: torch.stack([entry[part] for entry in saved]) for part in ("mean", "var")}
+            stats[key] = stacked | {"count": saved[0]["count"]}
+    set_env_statistics(envs, stats)
+    return [Update(c["iteration"], c["global_step"], c["kl_beta"]) for c in checkpoints]
