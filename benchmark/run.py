@@ -186,6 +186,49 @@ class Run:
         ]
 
 
+SEEDS_SCRIPT = "ppo_continuous_action_seeds.py"  # --batch-seeds: one process trains the seeds of a task and variant
+
+
+@dataclass
+class Batch:
+    """--batch-seeds: the runs of one task and variant of ppo_continuous_action.py, trained together by one process of
+    ppo_continuous_action_seeds.py in <out>/<env id>/<variant>/; each run's folder then goes where its own would be."""
+
+    runs: list
+
+    @property
+    def env_id(self):
+        return self.runs[0].env_id
+
+    @property
+    def variant(self):
+        return self.runs[0].variant
+
+    @property
+    def seed(self):  # for the progress lines
+        return " ".join(str(run.seed) for run in self.runs)
+
+    def folder(self, out: Path) -> Path:
+        return out / self.env_id / self.variant
+
+    def command(self):
+        first = self.runs[0]
+        seeds = [str(run.seed) for run in self.runs]
+        return [sys.executable, str(ROOT / SEEDS_SCRIPT), "--env-id", self.env_id, "--seeds", *seeds,
+                "--total-timesteps", str(first.total_timesteps), *first.flags]  # fmt: skip
+
+
+def batches(runs):
+    """The runs of ppo_continuous_action.py grouped by task, variant, steps and flags (a Batch each); the others alone."""
+    groups, others = {}, []
+    for run in runs:
+        if run.script == "ppo_continuous_action.py":
+            groups.setdefault((run.env_id, run.variant, run.total_timesteps, tuple(run.flags)), []).append(run)
+        else:
+            others.append(run)
+    return [Batch(group) for group in groups.values()] + others
+
+
 def build_matrix(options):
     """The runs of the preset, with the command line's choices taking precedence."""
     preset = PRESETS[options.preset] if options.preset else Preset(None, {}, [1])
@@ -328,6 +371,52 @@ def execute(run: Run, out: Path, stopping: threading.Event, threads=1):
     return run, seconds, status
 
 
+def execute_batch(batch: Batch, out: Path, stopping: threading.Event, threads=1):
+    """execute() for a Batch: one process trains its runs (continuing them from their checkpoints if every one has
+    one); each run's folder is then moved to <out>/<env id>/<variant>/seed<k>/runs/ and gets its done.json, whose
+    seconds are the whole process's. The process's output goes to <out>/<env id>/<variant>/output.log."""
+    folder = batch.folder(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    command = batch.command()
+    checkpoints = [checkpoint_of(run.folder(out)) for run in batch.runs]
+    if all(checkpoints):  # interrupted earlier: continue them (--resume takes the runs' own flags)
+        command = [sys.executable, str(ROOT / SEEDS_SCRIPT), "--resume", *checkpoints]
+    else:  # none, or not all of them, has a checkpoint: all start over
+        for path in [run.folder(out) / "runs" for run in batch.runs] + [folder / "runs"]:
+            if path.exists():
+                shutil.rmtree(path)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env.setdefault("WANDB_MODE", "offline")
+    revision, start = commit(), time.time()
+    with open(folder / "output.log", "a") as log:
+        log.write(f"$ {shlex.join(command)}\n")
+        log.flush()
+        start_of_output = log.tell()
+        with subprocess.Popen(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env) as process:
+            RUNNING.add(process)
+            returncode = process.wait()
+            RUNNING.discard(process)
+    seconds = time.time() - start
+    for run_folder in sorted((folder / "runs").glob("*")) if (folder / "runs").exists() else []:
+        seed = int(run_folder.name.split("__")[-2])  # runs/<env>__<exp name>__<seed>__<time>
+        target = out / batch.env_id / batch.variant / f"seed{seed}" / "runs"
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(run_folder), str(target / run_folder.name))
+    if (folder / "runs").exists() and not any((folder / "runs").iterdir()):
+        (folder / "runs").rmdir()
+    status = "done" if returncode == 0 and not stopping.is_set() else "failed"
+    with open(folder / "output.log") as log:
+        log.seek(start_of_output)
+        if status == "done" and STOPPED in log.read():
+            status = "stopped"
+    if status == "done":
+        record = {"command": shlex.join(batch.command()), "returncode": returncode, "seconds": round(seconds, 1)}
+        record |= {"commit": revision, "machine": machine(), "seeds_in_process": len(batch.runs)}
+        for run in batch.runs:
+            (run.folder(out) / "done.json").write_text(json.dumps(record, indent=1) + "\n")
+    return batch, seconds, status
+
+
 def slurm_script(options, argv, count):
     """A Slurm array job whose task i runs the i-th run of the matrix through this program (so skipping still works)."""
     arguments = [a for a in argv if a not in ("--slurm", options.slurm) and not a.startswith("--slurm=")]
@@ -368,6 +457,12 @@ def main(argv=None):
     )
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="runs at the same time (default: the CPUs)")
     parser.add_argument("--index", type=int, help="run only the run with this index in the matrix (for array jobs)")
+    parser.add_argument(
+        "--batch-seeds",
+        action="store_true",
+        help=f"train the seeds of each task and variant of ppo_continuous_action.py in one process of {SEEDS_SCRIPT} "
+        "(the same runs, sooner; docs/speed.md)",
+    )
     parser.add_argument("--print-commands", action="store_true", help="print one shell line per unfinished run and exit")
     parser.add_argument("--slurm", metavar="FILE", help="write a Slurm array job script running the matrix and exit")
     options = parser.parse_args(argv)
@@ -384,11 +479,16 @@ def main(argv=None):
         Path(options.slurm).write_text(slurm_script(options, argv, len(runs)))
         print(f"wrote {options.slurm}: {len(runs)} array tasks; submit with: sbatch {options.slurm}")
         return
+    if options.batch_seeds and (options.slurm or options.index is not None):
+        parser.error("--batch-seeds groups runs into processes; --slurm and --index take one run each: drop one")
     if options.index is not None:
         if not 0 <= options.index < len(runs):
             parser.error(f"--index {options.index}: the matrix has runs 0..{len(runs) - 1}")
         runs = [runs[options.index]]
     todo = [run for run in runs if not (run.folder(out) / "done.json").exists()]
+    pending = len(todo)
+    if options.batch_seeds:
+        todo = batches(todo)
     if options.print_commands:
         for run in todo:
             print(f"cd {shlex.quote(str(run.folder(out)))} && {shlex.join(run.command())}")
@@ -400,7 +500,8 @@ def main(argv=None):
     if command not in previous:
         record.write_text("\n".join(previous + [command]) + "\n")
     print(
-        f"{len(runs)} runs in {out}: {len(runs) - len(todo)} already done, {len(todo)} to run on {options.workers} workers"
+        f"{len(runs)} runs in {out}: {len(runs) - pending} already done, {pending} to run on {options.workers} workers"
+        + (f" in {len(todo)} processes" if options.batch_seeds else "")
         + (f"; {committed} more skipped: their data are in the results folder already" if committed else "")
     )
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background, which ignores it
@@ -408,7 +509,9 @@ def main(argv=None):
     stopping, finished, unfinished, durations = threading.Event(), 0, [], []
     with ThreadPoolExecutor(max_workers=options.workers) as pool:
         threads = max(1, (os.cpu_count() or 1) // options.workers)
-        futures = [pool.submit(execute, run, out, stopping, threads) for run in todo]
+        futures = [
+            pool.submit(execute_batch if isinstance(run, Batch) else execute, run, out, stopping, threads) for run in todo
+        ]
         try:
             for future in as_completed(futures):
                 run, seconds, status = future.result()
