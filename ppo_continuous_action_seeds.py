@@ -24,12 +24,13 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
-from ppo_utils.checkpoints import Update
+from ppo_utils.checkpoints import Update, resume_command
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes, seed_everything
 from ppo_utils.flag_checks import check_args
-from ppo_utils.run import STOPPED, NonFiniteError, Run, main
-from ppo_utils.seeds import agent_args, agent_infos, agent_state, check_seeds, restore_agents, resume_agents
+from ppo_utils.run import STOPPED, Run, main
+from ppo_utils.seeds import agent_args, agent_infos, agent_state, check_finite, check_seeds, restore_agents, resume_agents
+from ppo_utils.seeds import stop_after_failure
 
 
 @dataclass
@@ -614,8 +615,7 @@ def train(args: SeedsArgs, stop_signals=()):
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32).view(shape[1:])
             for i, run in enumerate(runs):
                 run.log.record_episodes(agent_infos(infos, i, args.num_envs), global_step)
-            stopping = [run.should_stop(last_step_of_rollout=step == args.num_steps - 1) for run in runs]  # SIGINT, SIGTERM
-            if any(stopping):
+            if any([run.should_stop(last_step_of_rollout=step == args.num_steps - 1) for run in runs]):  # SIGINT, SIGTERM
                 break
         if runs[0].stopping:
             break  # the unfinished rollout is dropped; the checkpoints are the last finished update's
@@ -637,12 +637,7 @@ def train(args: SeedsArgs, stop_signals=()):
         }
         beta = torch.tensor(kl_beta, device=device)  # each agent's G1 KL coefficient
         stats = update_policy(agent, optimizers, batch, args, clip_coef, beta, shufflers, backward)
-        failed = []  # the NaN guard, agent by agent: a failed agent's run closes; the others save this update
-        for i, run in enumerate(runs):
-            try:
-                run.check_finite({key: value[i] for key, value in stats.items() if key != "epochs"}, iteration, global_step)
-            except NonFiniteError as e:
-                failed.append(f"seed {args.seeds[i]}: {e}")
+        failed = check_finite(runs, stats, iteration, global_step)  # the NaN guard of each agent: {agent: why}
         if args.surrogate == "kl-adaptive":
             kls = batch_kl(agent, batch).tolist()  # device sync
             kl_beta = [adapt_kl_beta(beta, kl, args.kl_dtarg) for beta, kl in zip(kl_beta, kls)]  # G1
@@ -650,7 +645,7 @@ def train(args: SeedsArgs, stop_signals=()):
         losses = {f"losses/{key}": value.tolist() for key, value in stats.items() if key != "epochs"}  # device sync
         y_preds, y_trues = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         for i, run in enumerate(runs):
-            if run.log.writer is None or failed and any(f.startswith(f"seed {args.seeds[i]}:") for f in failed):
+            if i in failed:
                 continue
             y_pred, y_true = y_preds[i], y_trues[i]
             var_y = np.var(y_true)
@@ -665,16 +660,12 @@ def train(args: SeedsArgs, stop_signals=()):
             run.log.write(global_step, scalars)  # with the episodes that ended and the SPS
             run.finish_update(iteration, global_step, kl_beta[i])  # a checkpoint every --checkpoint-interval updates
         if failed:
-            for i, run in enumerate(runs):
-                if not any(f.startswith(f"seed {args.seeds[i]}:") for f in failed):
-                    run.save()
-                    run.close()
-            raise NonFiniteError("; ".join(failed) + "; the other seeds' agents are saved after this update")
+            stop_after_failure(runs, failed)  # saves the other agents' checkpoints, closes their runs, names the failed
 
     for run in runs:
         run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
-    if runs[0].stopping:
-        print(f"{STOPPED} python {os.path.basename(__file__)} --resume {' '.join(run.checkpoints.path for run in runs)}")
+    if runs[0].stopping:  # each run said how it continues alone; this continues them together
+        print(f"{STOPPED} {resume_command(args.script, [run.checkpoints.path for run in runs], 1, 1)}")
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
     returns, sps, names = [run.log.episodic_returns for run in runs], [run.log.sps for run in runs], [run.name for run in runs]
     return {"agent": agent, "run_name": names, "episodic_returns": returns, "rollout": rollout, "sps": sps}

@@ -4,7 +4,9 @@
 #   1. benchmark/versus.py: Breakout, default flags of both, alternating rounds (ours first) of 20,480 steps each;
 #   2. benchmark/sps.py: env-only SPS, training SPS and the split of an iteration (env steps, update, the rest) of the
 #      fast configuration (FAST below), then of the default one;
-#   3. one update_policy call's time with float32 and with --tf32 (sps.update_compute: the median of 3, on the GPU).
+#   3. one update_policy call's time with float32 and with --tf32 (sps.update_compute: the median of 3, on the GPU);
+#   between 1 and 2: benchmark/seeds_speed.py, Hopper with 8 and 16 seeds in one process of
+#      ppo_continuous_action_seeds.py (on the GPU) against the single script, one round of GPU_SPEED_SEEDS_STEPS per seed.
 # On an H100 (2026-11-27) parts 1 and 2 took 388 s and 170 s with the fast run at 40,960 steps (now 24,576); its
 # results and what they mean: benchmark/results/gpu-speed.md. The tests of CUDA paths are in benchmark/gpu_suite.sh.
 #
@@ -14,10 +16,11 @@
 #   cp -r ../shared/peers .peers          # CleanRL's scripts, run from .peers/cleanrl
 # then, with the device tool: command `bash benchmark/gpu_speed.sh`, carry [".whl", ".peers"], timeout_s 600.
 # A dry run here on the CPU (tiny sizes; no .whl: nothing is installed):
-#   GPU_SPEED_STEPS=2048 GPU_SPEED_ROUNDS=1 GPU_SPEED_FAST_STEPS=4096 OUT=/tmp/gs bash benchmark/gpu_speed.sh
+#   GPU_SPEED_STEPS=2048 GPU_SPEED_ROUNDS=1 GPU_SPEED_FAST_STEPS=4096 GPU_SPEED_SEEDS_STEPS=2048 OUT=/tmp/gs bash benchmark/gpu_speed.sh
 # Environment: OUT (results, default /tmp/gpu-speed-out), GPU_SPEED_DEADLINE (seconds for all of it, 560),
 # GPU_SPEED_STEPS (20480), GPU_SPEED_ROUNDS (3), GPU_SPEED_FAST (the fast configuration's flags),
-# GPU_SPEED_FAST_STEPS (24576). Writes $OUT/machine.txt, versus.md, sps-fast.md, sps-default.md, tf32.md, console.log.
+# GPU_SPEED_FAST_STEPS (24576), GPU_SPEED_SEEDS_STEPS (20480). Writes $OUT/machine.txt, versus.md, seeds-speed.md,
+# sps-fast.md, sps-default.md, tf32.md, console.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-speed-out}
@@ -28,6 +31,7 @@ STEPS=${GPU_SPEED_STEPS:-20480}
 ROUNDS=${GPU_SPEED_ROUNDS:-3}
 FAST=${GPU_SPEED_FAST:---vector-env async --num-envs 16}
 FAST_STEPS=${GPU_SPEED_FAST_STEPS:-24576}
+SEEDS_STEPS=${GPU_SPEED_SEEDS_STEPS:-20480}
 PEER=.peers/cleanrl/ppo_atari.py
 export PYTHONUNBUFFERED=1 WANDB_MODE=offline
 unset MUJOCO_GL  # MUJOCO_GL=egl breaks `import mujoco` where libEGL is missing
@@ -55,6 +59,9 @@ part() {  # part NAME COMMAND...: runs COMMAND within the time left, its output 
 
 part versus python3 benchmark/versus.py ppo_atari.py "$PEER" --env-id BreakoutNoFrameskip-v4 \
   --total-timesteps "$STEPS" --rounds "$ROUNDS" --timeout 200 --output "$OUT/versus.md"
+# many MuJoCo seeds in one process (ppo_continuous_action_seeds.py, on the GPU) against one process per seed
+part seeds python3 benchmark/seeds_speed.py --env-id Hopper-v5 --total-timesteps "$SEEDS_STEPS" --seeds-counts 8 16 \
+  --single-seeds 1 --rounds 1 --env-steps 2048 --output "$OUT/seeds-speed.md"
 # shellcheck disable=SC2086  # FAST is a list of flags
 part sps-fast python3 benchmark/sps.py ppo_atari.py --runs 1 --env-steps 8192 --total-timesteps "$FAST_STEPS" \
   --output "$OUT/sps-fast.md" -- $FAST

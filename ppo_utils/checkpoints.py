@@ -151,7 +151,8 @@ def script_as_started(script):
 def resume_command(script, path, world_size, local_world_size):
     """The shell command that continues a run of `world_size` processes, `local_world_size` of them on each machine
     (X2): the script as this process was started (its path as typed), each word quoted for the shell."""
-    words = shlex.join([script_as_started(script), "--resume", path])
+    paths = path if isinstance(path, list) else [path]  # ppo_continuous_action_seeds.py: one checkpoint per agent
+    words = shlex.join([script_as_started(script), "--resume", *paths])
     if world_size == 1:
         return f"python {words}"
     nodes = world_size // local_world_size

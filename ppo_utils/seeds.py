@@ -13,6 +13,7 @@ from .checkpoints import Update, optimizer_in_current_order, resume_flags
 from .distributed import launched_processes
 from .env_adapters import env_statistics, set_env_statistics
 from .flag_checks import ArgError
+from .run import NonFiniteError
 
 
 def agent_args(args, run_args, seed, resume=None):
@@ -111,3 +112,26 @@ def restore_agents(checkpoints, agents, optimizers, envs, shufflers, generators)
             stats[key] = stacked | {"count": saved[0]["count"]}
     set_env_statistics(envs, stats)
     return [Update(c["iteration"], c["global_step"], c["kl_beta"]) for c in checkpoints]
+
+
+def check_finite(runs, stats, iteration, global_step):
+    """The NaN guard (Run.check_finite) of each agent, on its statistics (`stats`: name -> one value per agent) and its
+    parameters: {agent: what its guard says} for the agents whose numbers are not finite (their runs are closed)."""
+    failed = {}
+    for i, run in enumerate(runs):
+        try:
+            run.check_finite({key: value[i] for key, value in stats.items() if key != "epochs"}, iteration, global_step)
+        except NonFiniteError as e:
+            failed[i] = f"seed {run.args.seed}: {e}"
+    return failed
+
+
+def stop_after_failure(runs, failed):
+    """After the NaN guard stopped the agents `failed` ({agent: why}): the others, whose update just finished, save it
+    and close; NonFiniteError names each failed agent with its guard's words."""
+    for i, run in enumerate(runs):
+        if i not in failed:
+            run.save()
+            run.close()
+    others = "; the other agents saved this update" if len(failed) < len(runs) else ""
+    raise NonFiniteError("; ".join(failed.values()) + others)

@@ -81,6 +81,16 @@ BAD_INPUTS = [
     ("ppo_rnn", ["--env-id", "CartPoleNoVelocity-v1", "--vector-env", "envpool"], "--vector-env"),
     ("ppo_rnn", ["--rnn-hidden-size", "0"], "--rnn-hidden-size"),
     ("ppo_rnn", ["--resume", "corrupt.pt"], "--resume"),
+    ("ppo_continuous_action_seeds", ["--env-id", "BreakoutNoFrameskip-v4"], "ppo_atari.py"),
+    ("ppo_continuous_action_seeds", ["--num-minibatches", "7"], "--num-minibatches"),
+    ("ppo_continuous_action_seeds", ["--norm-per-env", "--vector-env", "async"], "--vector-env sync"),
+    ("ppo_continuous_action_seeds", ["--seeds", "1", "1"], "--seeds 1 1"),
+    ("ppo_continuous_action_seeds", ["--seeds", "-1"], "--seeds -1"),
+    ("ppo_continuous_action_seeds", ["--track", "--seeds", "1", "2"], "--track"),
+    ("ppo_continuous_action_seeds", ["--resume", "corrupt.pt"], "--resume"),
+    ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--seeds", "2"], "drop --seeds"),
+    ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "hopper.pt"], "seed 1"),
+    ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--learning-rate", "0.1"], "--learning-rate"),
 ]
 # each numeric flag's range, checked before a run folder exists
 OUT_OF_RANGE = [

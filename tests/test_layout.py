@@ -67,3 +67,17 @@ def test_shared_definitions_are_identical_except_the_allowed_ones(pair):
     allowed = ALLOWED_TO_DIFFER[pair]
     assert differ - allowed == set(), f"differ between {pair[0]}.py and {pair[1]}.py without being allowed to"
     assert allowed - differ == set(), f"allowed to differ but identical in {pair[0]}.py and {pair[1]}.py: drop them"
+
+
+# ppo_continuous_action_seeds.py, the batched variant of the continuous script: the definitions it words differently
+# (an agent axis, per-agent reductions, several runs), and those only it has; the rest is its parent's, byte for byte
+SEEDS = "ppo_continuous_action_seeds"
+SEEDS_DIFFER = {"Args", "make_env", "make_envs", "normalize_advantages", "policy_loss", "value_loss", "ppo_loss",
+                "update_policy", "batch_kl", "truncation_bootstrap", "train"}  # fmt: skip
+SEEDS_ONLY = {"SeedsArgs", "NormalizeObservation", "NormalizeReward", "Agents"}
+
+
+def test_the_batched_variant_differs_from_its_parent_only_where_batching_does():
+    parent, variant = top_level_definitions(CONTINUOUS), top_level_definitions(SEEDS)
+    assert set(variant) - set(parent) == SEEDS_ONLY and set(parent) <= set(variant)
+    assert {name for name in parent if parent[name] != variant[name]} == SEEDS_DIFFER

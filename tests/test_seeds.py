@@ -1,0 +1,257 @@
+"""ppo_continuous_action_seeds.py: agent i of a batched run computes what ppo_continuous_action.py computes for seed i
+(the same rollout, the same update, to float rounding), and is an ordinary run of it (its folder, logs and agent.pt).
+
+Tolerance: the scripts agree bit for bit except where the batched matmul over stacked weights (torch.baddbmm) picks
+another BLAS kernel than one agent's nn.Linear, which adds a product's terms in another order: the heads of one or three
+outputs on this machine. That moves a value or an action's mean by a rounding step (~1e-7); the env carries such a
+step along the rollout (up to ~2e-6 in an observation of these short runs; on a chaotic task such as HalfCheetah it
+grows over hundreds of steps into another trajectory), and 320 Adam steps keep the weights and the update's statistics
+within ~1e-6. A broken stream or a reduction over the wrong axis moves them by 1e-3 or more."""
+
+import ast
+import dataclasses
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, load_script, read_scalars, run_script
+from ppo_utils.env_adapters import env_statistics
+from ppo_utils.run import STOPPED, NonFiniteError
+
+cont = load_script("ppo_continuous_action")
+seeds_script = load_script("ppo_continuous_action_seeds")
+
+ATOL = RTOL = 1e-5
+CASES = {  # flags of both scripts; each case trains seeds (3, 5) together and each seed alone
+    # the defaults (the compiled backward included), one update on Hopper, whose episodes end in the rollout
+    "defaults": dict(env_id="Hopper-v5", total_timesteps=2048),
+    # X3 stops the agents' updates after different epochs; G1's adaptive beta moves per agent
+    "target-kl-adaptive": dict(
+        env_id="Hopper-v5", total_timesteps=4096, target_kl=0.003, surrogate="kl-adaptive", compile=False
+    ),  # fmt: skip
+    # two envs per agent, time-limit truncations bootstrapped (B1), M5's state-dependent std, M7's shared network
+    "envs-b1-m5-m7": dict(
+        env_id="Pendulum-v1",
+        total_timesteps=2048,
+        num_envs=2,
+        num_steps=1024,
+        bootstrap_truncated=True,
+        state_dependent_std=True,
+        shared_network=True,
+        compile=False,
+    ),  # fmt: skip
+}
+SEEDS = (3, 5)
+
+
+def train_both(flags, tmp_path, monkeypatch):
+    """The batched run of SEEDS and a run of ppo_continuous_action.py for each seed, in tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    batched = seeds_script.train(seeds_script.SeedsArgs(seeds=SEEDS, **flags))
+    singles = [cont.train(cont.Args(seed=seed, **flags)) for seed in SEEDS]
+    return batched, singles
+
+
+def assert_same_computation(batched, single, agent):
+    """Agent `agent` of the batched run against the single run: the last rollout, the weights after the last update, and
+    every logged statistic of every update (the same TensorBoard tags, at the same steps)."""
+    for key, value in single["rollout"].items():
+        torch.testing.assert_close(batched["rollout"][key][:, agent], value, atol=ATOL, rtol=RTOL, msg=f"rollout {key}")
+    weights = dict(batched["agent"].agents[agent].named_parameters())
+    for name, value in single["agent"].named_parameters():
+        torch.testing.assert_close(weights[name], value, atol=ATOL, rtol=RTOL, msg=f"weights {name}")
+    ours, theirs = f"runs/{batched['run_name'][agent]}", f"runs/{single['run_name']}"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = EventAccumulator(theirs).Reload().Tags()["scalars"]
+    assert sorted(EventAccumulator(ours).Reload().Tags()["scalars"]) == sorted(tags)
+    for tag in set(tags) - {"charts/SPS"}:
+        (steps, values), (their_steps, their_values) = (zip(*read_scalars(run, tag)) for run in (ours, theirs))
+        assert steps == their_steps, tag
+        np.testing.assert_allclose(values, their_values, atol=ATOL, rtol=RTOL, err_msg=tag)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_each_agent_computes_what_the_single_script_computes_for_its_seed(case, tmp_path, monkeypatch):
+    batched, singles = train_both(CASES[case], tmp_path, monkeypatch)
+    for agent, single in enumerate(singles):
+        assert_same_computation(batched, single, agent)
+    if case == "target-kl-adaptive":  # X3 did stop the two agents after different epochs in some update
+        epochs = [[v for _, v in read_scalars(f"runs/{name}", "charts/update_epochs")] for name in batched["run_name"]]
+        assert epochs[0] != epochs[1] and min(min(epochs)) < 10
+
+
+class OtherStreamFor:
+    """numpy as the batched script sees it, except that RandomState(seed) draws another stream for one seed."""
+
+    def __init__(self, seed):
+        self.random = types.SimpleNamespace(RandomState=lambda s: np.random.RandomState(s + 1 if s == seed else s))
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", ["numpy (shuffles)", "torch (weights, action noise)"])
+def test_a_broken_stream_of_one_agent_is_caught(stream, tmp_path, monkeypatch):
+    """The comparison above can fail: with one agent's numpy stream (its minibatches) or torch stream (its initial weights
+    and action noise) moved to another seed's, that agent parts from its single run while the other still agrees."""
+    if stream.startswith("numpy"):
+        monkeypatch.setattr(seeds_script, "np", OtherStreamFor(5))
+    else:
+        seed_everything = seeds_script.seed_everything
+        monkeypatch.setattr(seeds_script, "seed_everything", lambda s, d: seed_everything(s + 1 if s == 5 else s, d))
+    flags = dict(env_id="Hopper-v5", total_timesteps=2048, compile=False)
+    batched, singles = train_both(flags, tmp_path, monkeypatch)
+    assert_same_computation(batched, singles[0], 0)
+    with pytest.raises(AssertionError, match="weights" if stream.startswith("numpy") else "rollout"):
+        assert_same_computation(batched, singles[1], 1)
+
+
+def test_per_agent_normalizers_match_each_agents_own_envs():
+    """M1-M4 with statistics per agent (one vector env for all agents) against the wrappers of ppo_continuous_action.py
+    made for each agent alone, stepped with the same actions through episode ends: the same observations (final ones
+    too), rewards and statistics."""
+    args = seeds_script.SeedsArgs(env_id="Hopper-v5", num_envs=2, seeds=SEEDS)
+    envs = seeds_script.make_envs(args)
+    alone = [cont.make_envs(cont.Args(env_id="Hopper-v5", num_envs=2, seed=seed)) for seed in SEEDS]
+    obs, _ = envs.reset(seed=[seed + i for seed in SEEDS for i in range(2)])
+    their_obs = [own.reset(seed=seed)[0] for own, seed in zip(alone, SEEDS)]
+    np.testing.assert_array_equal(obs, np.concatenate(their_obs))
+    rng, ended = np.random.default_rng(0), 0
+    for _ in range(300):
+        actions = rng.uniform(-1.5, 1.5, (4, 3)).astype(np.float32)
+        obs, rewards, terminations, truncations, infos = envs.step(actions)
+        theirs = [own.step(actions[2 * k : 2 * k + 2]) for k, own in enumerate(alone)]
+        np.testing.assert_array_equal(obs, np.concatenate([t[0] for t in theirs]))
+        np.testing.assert_array_equal(rewards, np.concatenate([t[1] for t in theirs]))
+        if "final_obs" in infos:
+            ended += infos["_final_obs"].sum()
+            for i in np.flatnonzero(infos["_final_obs"]):
+                np.testing.assert_array_equal(infos["final_obs"][i], theirs[i // 2][4]["final_obs"][i % 2])
+    assert ended >= 4  # episodes ended (Hopper falls within ~20-60 random steps)
+    batched_stats = env_statistics(envs)
+    for k, own in enumerate(alone):
+        for key in ("obs_rms", "return_rms"):
+            for part in ("mean", "var"):
+                np.testing.assert_array_equal(batched_stats[key][part][k], env_statistics(own)[key][part], err_msg=key)
+
+
+def field_helps(path, class_name):
+    """{field: its help (the docstring under it)} of a dataclass in a script, read with ast."""
+    body = next(node for node in ast.parse(path.read_text()).body if getattr(node, "name", None) == class_name).body
+    return {
+        node.target.id: after.value.value
+        for node, after in zip(body, body[1:])
+        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+    }
+
+
+def test_every_flag_of_the_single_script_keeps_its_meaning():
+    """The batched script has each flag of ppo_continuous_action.py with the same type, default and help, but for the
+    seed (--seeds sets one per agent), --resume (several checkpoints) and --eval-checkpoint (left to the single script)."""
+    theirs = {field.name: field for field in dataclasses.fields(cont.Args)}
+    ours = {field.name: field for field in dataclasses.fields(seeds_script.SeedsArgs)}
+    assert set(ours) - set(theirs) == {"seeds"}
+    their_help = field_helps(ROOT / "ppo_continuous_action.py", "Args")
+    our_help = field_helps(ROOT / "ppo_continuous_action_seeds.py", "Args")
+    for name in set(theirs) - {"seed", "resume", "eval_checkpoint"}:
+        assert ours[name].type == theirs[name].type and our_help[name] == their_help[name], name
+        if name != "exp_name":  # the file's name
+            assert ours[name].default == theirs[name].default, name
+
+
+# 40 updates of 256 steps on Pendulum for two agents, a checkpoint every 5
+FLAGS = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--total-timesteps", "10240", "--num-minibatches", "4",
+         "--update-epochs", "2", "--checkpoint-interval", "5", "--no-compile"]  # fmt: skip
+
+
+def checkpoints_in(folder):
+    return sorted(glob.glob(str(folder / "runs" / "*" / "agent.pt")))
+
+
+@pytest.mark.slow
+def test_a_stopped_batched_run_resumes_each_agent_as_one_continuous_run(tmp_path):
+    """SIGTERM: every agent saves its last finished update, the output names the command that continues them all (and
+    each alone), and that command finishes each run with one continuous log: every update once, the schedule going on.
+    Each agent's checkpoint is an ordinary run of ppo_continuous_action.py: its seed, its script, played and resumed by
+    that script."""
+    command = [sys.executable, str(ROOT / "ppo_continuous_action_seeds.py"), "--seeds", "3", "5", *FLAGS]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        paths = checkpoints_in(tmp_path)
+        if len(paths) == 2 and all(torch.load(p, weights_only=True)["iteration"] >= 10 for p in paths):
+            break
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    resume = next(line for line in out.splitlines() if line.startswith(STOPPED) and "_seeds.py" in line)
+    paths = checkpoints_in(tmp_path)
+    assert resume.split("--resume ")[1].split() == [os.path.relpath(p, tmp_path) for p in paths]
+    stopped_at = torch.load(paths[0], weights_only=True)["iteration"]
+    assert 10 <= stopped_at < 40
+
+    copy = tmp_path / "alone"  # one agent continued by the single script, from a copy of its run folder
+    shutil.copytree(os.path.dirname(paths[1]), copy / "runs" / os.path.basename(os.path.dirname(paths[1])))
+    single = run_script("ppo_continuous_action", "--resume", checkpoints_in(copy)[0], cwd=copy, timeout=300)
+    assert single.returncode == 0, single.stderr
+
+    result = subprocess.run([sys.executable, *resume[len(STOPPED) :].split()[1:]], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for path, seed in zip(paths, (3, 5)):
+        checkpoint = torch.load(path, weights_only=True)
+        assert checkpoint["iteration"] == 40 and checkpoint["script"] == "ppo_continuous_action.py"
+        assert checkpoint["args"]["seed"] == seed and f"__{seed}__" in path
+        run_dir = os.path.dirname(path)
+        assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [256 * k for k in range(1, 41)]
+        lrs = [value for _, value in read_scalars(run_dir, "charts/learning_rate")]
+        np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 40) for k in range(40)], rtol=1e-5)
+    played = run_script("ppo_continuous_action", "--eval-checkpoint", paths[0], "--eval-episodes", "2", cwd=tmp_path)
+    assert played.returncode == 0 and "mean return" in played.stdout, played.stderr
+
+
+class NaNRewardForSeed(gym.Wrapper):
+    """Pendulum whose reward turns NaN after 700 steps in the env seeded with 5 only, as one diverging agent's would."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.doomed, self.steps = seed == 5, 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return obs, (np.nan if self.doomed and self.steps > 700 else reward), terminated, truncated, info
+
+
+gym.register("NaNRewardForSeed5-v1", entry_point=lambda **kw: NaNRewardForSeed(gym.make("Pendulum-v1", **kw)))
+
+
+@pytest.mark.slow
+def test_the_nan_guard_names_the_agent_and_saves_the_others(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = seeds_script.SeedsArgs(env_id="NaNRewardForSeed5-v1", num_steps=128, total_timesteps=2048, num_minibatches=2,
+                                  update_epochs=1, checkpoint_interval=1, seeds=SEEDS, compile=False)  # fmt: skip
+    with pytest.raises(NonFiniteError) as error:
+        seeds_script.train(args)
+    assert str(error.value).startswith("seed 5: ") and "in update 6 (step 768)" in str(error.value)
+    (healthy,) = glob.glob("runs/*__3__*/agent.pt")
+    (doomed,) = glob.glob("runs/*__5__*/agent.pt")
+    assert torch.load(healthy, weights_only=True)["iteration"] == 6  # saved after the update the other one failed in
+    assert torch.load(doomed, weights_only=True)["iteration"] == 5
+    for path in (healthy, doomed):
+        assert all(torch.isfinite(v).all() for v in torch.load(path, weights_only=True)["model"].values())
