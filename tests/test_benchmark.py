@@ -170,8 +170,18 @@ def test_a_presets_peer_is_found_through_its_environment_variable(tmp_path):
     folder without it, the runner stops with one line saying what to set (or --peer NAME=PATH)."""
     (tmp_path / "cleanrl").mkdir()
     (tmp_path / "cleanrl" / "ppo_atari.py").write_text("")
-    preset = ["--preset", "atari", "--seeds", "1", "--env-ids", "PongNoFrameskip-v4", "--out", str(tmp_path / "x"),
-              "--results", str(tmp_path / "no-results")]  # the committed Pong seed 1 would be skipped
+    preset = [
+        "--preset",
+        "atari",
+        "--seeds",
+        "1",
+        "--env-ids",
+        "PongNoFrameskip-v4",
+        "--out",
+        str(tmp_path / "x"),
+        "--results",
+        str(tmp_path / "no-results"),
+    ]  # the committed Pong seed 1 would be skipped
     env = {key: value for key, value in os.environ.items() if key != "CLEANRL_DIR"}
     unset = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), *preset, "--print-commands"], env=env,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -481,7 +491,6 @@ def test_ablation_table_gives_each_variant_its_interval_and_change():
     assert verdicts["M5-state-dependent-std"] == "one seed: none given"  # above all of the default's, but a single seed
 
 
-
 def test_floor_is_left_at_the_first_episode_whose_trailing_mean_exceeds_the_threshold():
     """Episodes at steps 100, ..., 700 with returns 9, 0, 0, -3, 3, 6, 3, a window of 3 and a threshold of 3. Means of
     the last 3 from the third episode on: 3 (not above 3), -1, 0, 2, 4: left at the seventh episode, step 700 (a mean
@@ -560,7 +569,9 @@ def test_floor_section_sets_ours_against_a_peer_per_seed_with_both_tests(monkeyp
     assert against.startswith("A: ours / switch (floor threshold 0)")
     table = [line for line in against.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert table == [
-        "| 1 | 6,000 | 2,000 | 3.0 | 10.0 |", "| 2 | 8,000 | 2,000 | -2.0 | 12.0 |", "| 3 | 10,000 | - | 7.0 | - |"
+        "| 1 | 6,000 | 2,000 | 3.0 | 10.0 |",
+        "| 2 | 8,000 | 2,000 | -2.0 | 12.0 |",
+        "| 3 | 10,000 | - | 7.0 | - |",
     ]
     assert "- ours leaves the floor later: U = 6 of 6 pairs, p = 0.1" in against
     assert "- ours' score is lower: U = 6 of 6 pairs, p = 0.1" in against
@@ -999,3 +1010,37 @@ def test_table1_curves_stand_each_family_by_its_best_setting_per_task(tmp_path):
                     ("B", "adaptive KL"): "kl-adaptive-0.03"}  # fmt: skip
     report.plot_table1_curves(runs, tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it(tmp_path):
+    """--batch-seeds: the seeds of a task and variant train in one process of ppo_continuous_action_seeds.py; each
+    run's folder ends where its own process would have put it, so that the report reads it as any run. Ctrl-C stops
+    the process with a checkpoint of every seed, and the same command continues them together to the end."""
+    out = tmp_path / "x"
+    args = [*TINY[:-1], "16384", "--flags=--checkpoint-interval=1", "--batch-seeds", "--out", str(out), "--workers", "1"]
+    runner_process = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), *args], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    task = out / "InvertedPendulum-v5" / "default"
+    deadline = time.time() + 300
+    while len(list(task.glob("runs/*/agent.pt"))) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(runner_process.pid, signal.SIGINT)
+    stdout, _ = runner_process.communicate(timeout=300)
+    assert runner_process.returncode == 130 and "2 to run on 1 workers in 1 processes" in stdout, stdout
+    for seed in (1, 2):  # each stopped run moved to its seed's folder, not done
+        assert len(list((task / f"seed{seed}").glob(f"runs/*__{seed}__*/agent.pt"))) == 1
+        assert not (task / f"seed{seed}" / "done.json").exists()
+
+    again = runner(*args)
+    assert again.returncode == 0 and "seed 1 2: done" in again.stdout, again.stdout + again.stderr
+    log = (task / "output.log").read_text()
+    assert "--resume" in log and log.count("step 16384/16384") == 2
+    for seed in (1, 2):
+        record = json.loads((task / f"seed{seed}" / "done.json").read_text())
+        assert record["seeds_in_process"] == 2 and "--seeds 1 2" in record["command"]
+        assert len(list((task / f"seed{seed}").glob("runs/*"))) == 1
+    tables = report.read_runs_folder(out)
+    assert sorted(tables.runs["seed"]) == [1, 2] and set(tables.episodes["seed"]) == {1, 2}
