@@ -1044,3 +1044,18 @@ def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it
         assert len(list((task / f"seed{seed}").glob("runs/*"))) == 1
     tables = report.read_runs_folder(out)
     assert sorted(tables.runs["seed"]) == [1, 2] and set(tables.episodes["seed"]) == {1, 2}
+
+
+def test_compare_results_puts_two_folders_side_by_side():
+    """A results folder against itself: each task's mean ± std over seeds of a run's last 100 episodes (computed here from
+    the episodes file), the seeds' scores, and every mean within its own seeds' range."""
+    import compare_results  # benchmark/compare_results.py
+
+    folder = ROOT / "benchmark" / "results" / "mujoco"
+    rows = compare_results.main([str(folder), str(folder)])[2:]
+    assert len(rows) == 7 and all("| yes (" in row for row in rows)
+    episodes = pd.read_csv(folder / "data" / "episodes.csv.gz")
+    cheetah = episodes[episodes["env_id"] == "HalfCheetah-v5"].sort_values("step")
+    by_seed = cheetah.groupby("seed")["episodic_return"].apply(lambda r: r.to_numpy()[-100:].mean())
+    expected = f"{by_seed.mean():.1f} ± {by_seed.std(ddof=0):.1f} ({', '.join(f'{v:.0f}' for v in by_seed)})"
+    assert next(row for row in rows if row.startswith("| HalfCheetah-v5 |")).count(expected) == 2
