@@ -54,6 +54,7 @@ def test_dockerfile_ships_the_scripts_and_runs_headless_as_a_user():
     copied = " ".join(line for line in text.splitlines() if line.startswith("COPY"))
     for name in (
         "ppo_continuous_action.py",
+        "ppo_continuous_action_seeds.py",
         "ppo_atari.py",
         "ppo_rnn.py",
         "ppo_utils/",
