@@ -270,7 +270,7 @@ def contract_flags(script_name):
 LINE_TARGETS = {"ppo_continuous_action": 520, "ppo_atari": 560, "ppo_rnn": 560}  # lines of each script
 TRAIN_TARGET = 110  # lines of each train()
 DIFF_TARGETS = {("ppo_continuous_action", "ppo_atari"): 220, ("ppo_atari", "ppo_rnn"): 140,
-                ("ppo_continuous_action", "ppo_continuous_action_seeds"): 400}  # lines of diff -u A B
+                ("ppo_continuous_action", "ppo_continuous_action_seeds"): 450}  # lines of diff -u A B
 
 
 def changed_lines(a, b):
