@@ -133,3 +133,15 @@ def test_tf32_changes_the_atari_agents_numbers_only_as_far_as_a_10_bit_mantissa_
     assert (outputs[False] - exact).abs().max() <= 1e-4 * scale
     assert not torch.equal(outputs[True], outputs[False])
     assert (outputs[True] - exact).abs().max() <= 2e-2 * scale
+
+
+@pytest.mark.slow
+def test_each_agent_of_the_seeds_script_on_cuda_computes_what_the_single_script_computes(tmp_path, monkeypatch):
+    """tests/test_seeds.py's comparison on CUDA: each agent's action noise comes from its own CUDA generator, seeded as
+    torch.manual_seed seeds the single script's; Pendulum with two envs per agent, B1, M5 and M7, one update."""
+    from test_seeds import CASES, assert_same_computation, train_both
+
+    batched, singles = train_both(CASES["envs-b1-m5-m7"] | {"cuda": True}, tmp_path, monkeypatch)
+    assert next(batched["agent"].parameters()).is_cuda
+    for agent, single in enumerate(singles):
+        assert_same_computation(batched, single, agent)
