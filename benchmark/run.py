@@ -333,18 +333,9 @@ def interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def execute(run: Run, out: Path, stopping: threading.Event, threads=1):
-    """Runs one training process in its folder with `threads` torch threads (the CPUs shared among the workers);
-    writes done.json when it completed. Returns (run, seconds, status): done, stopped (by a signal, after saving a
-    checkpoint) or failed. MUJOCO_GL is left as the caller has it: no run renders unless its flags ask to."""
-    folder = run.folder(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    command = run.command()
-    checkpoint = checkpoint_of(folder)
-    if checkpoint:  # interrupted earlier: continue it (--resume takes the run's own flags)
-        command = [sys.executable, str(ROOT / run.script), "--resume", checkpoint]
-    elif (folder / "runs").exists():
-        shutil.rmtree(folder / "runs")  # a run that died without a checkpoint starts over
+def launch(command, folder: Path, stopping: threading.Event, threads):
+    """Runs a training process in `folder`, its output appended to output.log there, with `threads` torch threads.
+    Returns (exit code, seconds, status: done, stopped (by a signal, after saving a checkpoint) or failed, the commit)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     env.setdefault("WANDB_MODE", "offline")
     revision, start = commit(), time.time()  # the code this process runs, not what is checked out when it ends
@@ -362,6 +353,22 @@ def execute(run: Run, out: Path, stopping: threading.Event, threads=1):
         log.seek(start_of_output)
         if status == "done" and STOPPED in log.read():
             status = "stopped"
+    return returncode, seconds, status, revision
+
+
+def execute(run: Run, out: Path, stopping: threading.Event, threads=1):
+    """Runs one training process in its folder with `threads` torch threads (the CPUs shared among the workers);
+    writes done.json when it completed. Returns (run, seconds, status): done, stopped (by a signal, after saving a
+    checkpoint) or failed. MUJOCO_GL is left as the caller has it: no run renders unless its flags ask to."""
+    folder = run.folder(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    command = run.command()
+    checkpoint = checkpoint_of(folder)
+    if checkpoint:  # interrupted earlier: continue it (--resume takes the run's own flags)
+        command = [sys.executable, str(ROOT / run.script), "--resume", checkpoint]
+    elif (folder / "runs").exists():
+        shutil.rmtree(folder / "runs")  # a run that died without a checkpoint starts over
+    returncode, seconds, status, revision = launch(command, folder, stopping, threads)
     if status == "done":
         record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
         record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
@@ -385,18 +392,7 @@ def execute_batch(batch: Batch, out: Path, stopping: threading.Event, threads=1)
         for path in [run.folder(out) / "runs" for run in batch.runs] + [folder / "runs"]:
             if path.exists():
                 shutil.rmtree(path)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    env.setdefault("WANDB_MODE", "offline")
-    revision, start = commit(), time.time()
-    with open(folder / "output.log", "a") as log:
-        log.write(f"$ {shlex.join(command)}\n")
-        log.flush()
-        start_of_output = log.tell()
-        with subprocess.Popen(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env) as process:
-            RUNNING.add(process)
-            returncode = process.wait()
-            RUNNING.discard(process)
-    seconds = time.time() - start
+    returncode, seconds, status, revision = launch(command, folder, stopping, threads)
     for run_folder in sorted((folder / "runs").glob("*")) if (folder / "runs").exists() else []:
         seed = int(run_folder.name.split("__")[-2])  # runs/<env>__<exp name>__<seed>__<time>
         target = out / batch.env_id / batch.variant / f"seed{seed}" / "runs"
@@ -404,11 +400,6 @@ def execute_batch(batch: Batch, out: Path, stopping: threading.Event, threads=1)
         shutil.move(str(run_folder), str(target / run_folder.name))
     if (folder / "runs").exists() and not any((folder / "runs").iterdir()):
         (folder / "runs").rmdir()
-    status = "done" if returncode == 0 and not stopping.is_set() else "failed"
-    with open(folder / "output.log") as log:
-        log.seek(start_of_output)
-        if status == "done" and STOPPED in log.read():
-            status = "stopped"
     if status == "done":
         record = {"command": shlex.join(batch.command()), "returncode": returncode, "seconds": round(seconds, 1)}
         record |= {"commit": revision, "machine": machine(), "seeds_in_process": len(batch.runs)}
