@@ -255,3 +255,14 @@ def test_the_nan_guard_names_the_agent_and_saves_the_others(tmp_path, monkeypatc
     assert torch.load(doomed, weights_only=True)["iteration"] == 5
     for path in (healthy, doomed):
         assert all(torch.isfinite(v).all() for v in torch.load(path, weights_only=True)["model"].values())
+
+
+@pytest.mark.slow
+def test_capture_video_records_each_agents_env_0_in_its_own_run_folder(tmp_path):
+    flags = ["--env-id", "InvertedPendulum-v5", "--seeds", "3", "5", "--total-timesteps", "2048", "--no-compile"]
+    result = run_script("ppo_continuous_action_seeds", *flags, "--capture-video", cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    for seed in SEEDS:
+        (run_dir,) = glob.glob(str(tmp_path / "runs" / f"*__{seed}__*"))
+        videos = glob.glob(os.path.join(run_dir, "videos", "rl-video-episode-0.mp4"))
+        assert videos and os.path.getsize(videos[0]) > 0, os.listdir(run_dir)
