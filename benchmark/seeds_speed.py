@@ -14,54 +14,29 @@ rate of the round stands for every N; --single-seeds 16 runs the whole sequence 
 """
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
-from versus import machine, run_once  # beside this file
+from sps import env_only_sps, load_script  # beside this file
+from versus import machine, run_once
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load(name):
-    """A script of the repository as a module (its folder put first on sys.path for ppo_utils)."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def env_only_sps(envs, steps, seed=0):
-    """Agent steps per second of `envs` (all its envs together) stepped `steps` times with uniform random actions."""
-    rng = np.random.default_rng(seed)
-    envs.reset(seed=list(range(envs.num_envs)))
-    low, high = envs.unwrapped.single_action_space.low, envs.unwrapped.single_action_space.high  # M8 widens the wrapped one
-    actions = rng.uniform(low, high, (steps, envs.num_envs) + low.shape).astype(np.float32)
-    start = time.perf_counter()
-    for action in actions:
-        envs.step(action)
-    seconds = time.perf_counter() - start
-    envs.close()
-    return steps * envs.num_envs / seconds
-
-
 def env_ceilings(env_id, counts, steps):
-    """{N: env-only SPS}: 0 for the single script's vector env (one env), N for the batched script's with N agents."""
+    """{N: env-only SPS} (sps.env_only_sps): 0 for the single script's vector env (one env), N for the batched
+    script's with N agents."""
     import torch
 
     torch.set_num_threads(1)
-    single, batched = load("ppo_continuous_action"), load("ppo_continuous_action_seeds")
-    rates = {0: env_only_sps(single.make_envs(single.Args(env_id=env_id)), steps)}
+    single, batched = load_script("ppo_continuous_action.py"), load_script("ppo_continuous_action_seeds.py")
+    rates = {0: env_only_sps(single.make_envs(single.Args(env_id=env_id)), 1, steps)}
     for n in counts:
         args = batched.SeedsArgs(env_id=env_id, seeds=tuple(range(1, n + 1)))
-        rates[n] = env_only_sps(batched.make_envs(args), max(steps // n, 200))
+        rates[n] = env_only_sps(batched.make_envs(args), 1, max(steps // n, 200))
     return rates
 
 

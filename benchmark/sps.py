@@ -69,18 +69,17 @@ def load_script(name):
     return module
 
 
-def env_only_sps(module, args, steps):
-    """Steps/s of the script's vector env (all its wrappers) under uniformly random actions."""
-    envs = module.make_envs(args, "sps")
-    envs.reset(seed=args.seed)
-    envs.action_space.seed(args.seed)
+def env_only_sps(envs, seed, steps):
+    """Steps/s of a script's vector env `envs` (all its wrappers, all its envs) under random actions; closes it."""
+    envs.reset(seed=seed)
+    envs.action_space.seed(seed)
     actions = [envs.action_space.sample() for _ in range(steps)]  # drawn up front: only the env is timed
     start = time.perf_counter()
     for action in actions:
         envs.step(action)
     elapsed = time.perf_counter() - start
     envs.close()
-    return steps * args.num_envs / elapsed
+    return steps * envs.num_envs / elapsed
 
 
 def sync(device):
@@ -209,7 +208,7 @@ def measure(script, env_id, total_timesteps, env_steps, runs, flags):
     module, args = script_args(script, env_id, total_timesteps, flags)
     rows = []
     for run in range(runs):
-        env_sps = env_only_sps(module, args, env_steps // args.num_envs)
+        env_sps = env_only_sps(module.make_envs(args, "sps"), args.seed, env_steps // args.num_envs)
         train_sps, env_s, update_s, iteration_s = timed_training(module, args)
         rows.append((env_sps, train_sps, env_s, update_s, iteration_s))
         print(f"{script} run {run + 1}/{runs}: env only {env_sps:.0f}, training {train_sps:.0f} SPS; an iteration "
