@@ -26,12 +26,23 @@ class CheckpointError(OSError):
     last good checkpoint, which stays as it was."""
 
 
+def numpy_state_saved(state):
+    """A numpy RandomState's get_state() as a checkpoint keeps it: plain types and tensors only (weights_only)."""
+    name, keys, *rest = state
+    return (name, torch.from_numpy(keys.astype(np.int64)), *rest)
+
+
+def numpy_state_loaded(saved):
+    """numpy_state_saved's inverse, for RandomState.set_state()."""
+    name, keys, *rest = saved
+    return (name, keys.numpy().astype(np.uint32), *rest)
+
+
 def rng_state():
     """The state of every random number generator the run draws from: python, numpy, torch (and CUDA)."""
-    name, keys, *rest = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), *rest),  # plain types and tensors only (weights_only)
+        "numpy": numpy_state_saved(np.random.get_state()),
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
@@ -39,8 +50,7 @@ def rng_state():
 
 def set_rng_state(state):
     random.setstate(state["python"])
-    name, keys, *rest = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), *rest))
+    np.random.set_state(numpy_state_loaded(state["numpy"]))
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():  # a run saved where more GPUs were visible restores those it has
         torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])

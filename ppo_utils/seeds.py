@@ -6,21 +6,25 @@ part of a vector env step's infos. It decides no PPO detail."""
 import random
 from dataclasses import fields, replace
 
-import numpy as np
 import torch
 
-from .checkpoints import Update, optimizer_in_current_order, resume_flags
+from .checkpoints import Update, numpy_state_loaded, numpy_state_saved, optimizer_in_current_order, resume_flags
 from .distributed import launched_processes
 from .env_adapters import env_statistics, set_env_statistics
 from .flag_checks import ArgError
 from .run import NonFiniteError
 
 
+def common_flags(args, run_args):
+    """The flags of `args` that every agent shares: those of `run_args` (the Args of ppo_continuous_action.py) but the
+    seed and --resume."""
+    return {field.name: getattr(args, field.name) for field in fields(run_args) if field.name not in ("seed", "resume")}
+
+
 def agent_args(args, run_args, seed, resume=None):
-    """One agent's flags as `run_args` (the Args of ppo_continuous_action.py, which its checkpoint saves): those of
-    `args`, with its seed and the checkpoint it resumes."""
-    own = {field.name: getattr(args, field.name) for field in fields(run_args) if field.name not in ("seed", "resume")}
-    return run_args(**own, seed=seed, resume=resume)
+    """One agent's flags as `run_args`, which its checkpoint saves: those of `args`, with its seed and the checkpoint it
+    resumes."""
+    return run_args(**common_flags(args, run_args), seed=seed, resume=resume)
 
 
 def check_seeds(args):
@@ -56,8 +60,8 @@ def resume_agents(args, run_args):
             )
     if len(set(seeds)) < len(seeds):
         raise ArgError(f"--resume: two of these runs have seed {max(seeds, key=seeds.count)}; resume each once")
-    own = {field.name: getattr(first, field.name) for field in fields(run_args) if field.name not in ("seed", "resume")}
-    return type(args)(**own, seeds=tuple(seeds), resume=args.resume), [checkpoint for _, checkpoint in loaded]
+    checkpoints = [checkpoint for _, checkpoint in loaded]
+    return type(args)(**common_flags(first, run_args), seeds=tuple(seeds), resume=args.resume), checkpoints
 
 
 def agent_infos(infos, agent, num_envs):
@@ -74,8 +78,7 @@ def agent_state(envs, agent, shufflers, generators, num_envs):
     """What agent `agent`'s checkpoint keeps besides its model and optimizer, in the form of ppo_continuous_action.py's
     (which restores it as the process's RNG states and env statistics): its random streams (numpy's, its shuffles;
     torch's, its action noise) and its M1/M3 statistics (its row of each; with --norm-per-env, its envs' entries)."""
-    name, keys, *rest = shufflers[agent].get_state()
-    rng = {"python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), *rest)}
+    rng = {"python": random.getstate(), "numpy": numpy_state_saved(shufflers[agent].get_state())}
     generator = generators[agent]
     if generator.device.type == "cpu":
         rng |= {"torch": generator.get_state(), "cuda": []}
@@ -98,8 +101,7 @@ def restore_agents(checkpoints, agents, optimizers, envs, shufflers, generators)
     for checkpoint, agent, optimizer, shuffler, generator in zip(checkpoints, agents, optimizers, shufflers, generators):
         agent.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(optimizer_in_current_order(checkpoint["optimizer"], checkpoint["model"], agent))
-        name, keys, *rest = checkpoint["rng"]["numpy"]
-        shuffler.set_state((name, keys.numpy().astype(np.uint32), *rest))
+        shuffler.set_state(numpy_state_loaded(checkpoint["rng"]["numpy"]))
         cpu = generator.device.type == "cpu"
         generator.set_state(checkpoint["rng"]["torch"] if cpu else checkpoint["rng"]["cuda"][0])
     stats = {}
