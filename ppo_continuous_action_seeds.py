@@ -173,7 +173,8 @@ class SeedsArgs(Args):
     resume: tuple[str, ...] = ()
     """continue the runs saved in these agent.pt files (one per seed, from one batched run or from runs of
     ppo_continuous_action.py with the same flags and counters) with their own flags, statistics and RNG states"""
-    eval_checkpoint: tyro.conf.Suppress[str | None] = None  # an agent plays with ppo_continuous_action.py --eval-checkpoint
+    eval_checkpoint: str | None = None
+    """an agent.pt to play: each is a checkpoint of ppo_continuous_action.py, which plays it (this script says so)"""
 
     script: ClassVar[str] = os.path.basename(__file__)
 

@@ -91,6 +91,7 @@ BAD_INPUTS = [
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--seeds", "2"], "drop --seeds"),
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "hopper.pt"], "seed 1"),
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--learning-rate", "0.1"], "--learning-rate"),
+    ("ppo_continuous_action_seeds", ["--eval-checkpoint", "hopper.pt"], "load it with that script"),
 ]
 # each numeric flag's range, checked before a run folder exists
 OUT_OF_RANGE = [
