@@ -2,6 +2,7 @@
 how the flags fit together, and whether the env id is one the script trains on. A bad command line ends in ArgError,
 whose one-line message names the flag and the fix (ppo_utils.run.main prints it). No PPO detail is decided here."""
 
+import importlib
 import os
 from dataclasses import fields
 from typing import NamedTuple
@@ -62,16 +63,50 @@ class EnvKind(NamedTuple):
 
 
 ENV_KINDS = {
-    "continuous": EnvKind("an env with continuous (Box) actions", "Hopper-v5", "ppo_continuous_action.py"),
+    "continuous": EnvKind(
+        "an env with vector observations and continuous (Box) actions", "Hopper-v5", "ppo_continuous_action.py"
+    ),
     "atari": EnvKind("an Atari game", "BreakoutNoFrameskip-v4", "ppo_atari.py or ppo_rnn.py"),
     "discrete-vector": EnvKind("an env with vector observations and discrete actions", "CartPole-v1", "ppo_rnn.py"),
 }
 
 
+def find_spec(env_id):
+    """The EnvSpec gym.make finds for `env_id`. gymnasium's "module:EnvId" form (one's own env) imports the module first,
+    as gym.make does, for it registers EnvId (gymnasium.register); ArgError in one line where the id is malformed, the
+    module cannot be imported, or it registers no EnvId. A plain id not registered raises gym.error.Error (check_args
+    says what the script takes). A module that fails otherwise (a bug in it) raises its own error, with its traceback."""
+    if ":" not in env_id:
+        return gym.spec(env_id)
+    module, _, name = env_id.partition(":")
+    if not module or module.startswith(".") or not name or ":" in name:  # gym.make splits at every ':'
+        raise ArgError(f"--env-id {env_id}: pass one module:EnvId, e.g. mypackage.envs:MyEnv-v0")
+    try:
+        importlib.import_module(module)
+    except (ImportError, gym.error.Error) as e:  # gym.error.DependencyNotInstalled: what gymnasium's extras lack
+        fix = "fix the import it names"
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            fix = f"it needs {e.name}: install that"
+            if f"{module}.".startswith(f"{e.name}."):  # the module itself, or a package above it, is not there
+                fix = "install it or put the folder that holds it on PYTHONPATH"
+        if isinstance(e, gym.error.DependencyNotInstalled):
+            fix = "install what it names"
+        reason = (str(e).splitlines() or [""])[0]
+        raise ArgError(f"--env-id {env_id}: cannot import {module} ({type(e).__name__}: {reason}); {fix}") from None
+    try:
+        return gym.spec(name)
+    except gym.error.Error as e:
+        reason = (str(e).splitlines() or [""])[0]
+        raise ArgError(
+            f"--env-id {env_id}: {module} registers no env {name} ({reason}); register it there with "
+            f'gymnasium.register(id="{name}", entry_point=...)'
+        ) from None
+
+
 def env_kind(env_id):
     """Which of ENV_KINDS the registered `env_id` is, and the type of its action space; ArgError if it is none of them
     or cannot be made."""
-    if gym.spec(env_id).entry_point == "ale_py.env:AtariEnv":
+    if find_spec(env_id).entry_point == "ale_py.env:AtariEnv":
         return "atari", "Discrete"
     try:
         env = gym.make(env_id)
@@ -83,14 +118,15 @@ def env_kind(env_id):
         raise ArgError(f"--env-id {env_id}: {gl_trouble('load', e)}; or unset MUJOCO_GL, which nothing needs") from None
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
-    if isinstance(action_space, gym.spaces.Box):
-        return "continuous", "Box"
     vector = isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1
+    if isinstance(action_space, gym.spaces.Box) and vector:  # the continuous agent's first layer takes a vector
+        return "continuous", "Box"
     if isinstance(action_space, gym.spaces.Discrete) and vector:
         return "discrete-vector", "Discrete"
+    observations = type(observation_space).__name__ + str(getattr(observation_space, "shape", None) or "")
     raise ArgError(
-        f"--env-id {env_id} has {type(observation_space).__name__} observations and a {type(action_space).__name__} "
-        "action space, which none of the scripts trains on"
+        f"--env-id {env_id} has {observations} observations and a {type(action_space).__name__} action space, which "
+        "none of the scripts trains on"
     )
 
 
@@ -115,8 +151,10 @@ def check_name(flag, name):
 
 
 def run_name_part(env_id):
-    """The env id as part of a run folder's name: a namespaced id's / (ns/Env-v0) would make a folder inside runs/."""
-    return env_id.replace("/", "-")
+    """The env id as part of a run folder's name: a namespaced id's / (ns/Env-v0) would make a folder inside runs/, and
+    the : of module:EnvId (one's own env) is awkward in a path (TensorBoard's --logdir_spec, scp, Windows); both become
+    -, so that pkg.sub:ns/MyEnv-v0 is pkg.sub-ns-MyEnv-v0."""
+    return env_id.replace("/", "-").replace(":", "-")
 
 
 def check_flags(args) -> None:
@@ -172,7 +210,7 @@ def check_args(args, world_size=None) -> None:
 
     accepted = " or ".join(ENV_KINDS[kind].description for kind in args.env_kinds)
     try:
-        spec = gym.spec(args.env_id)
+        spec = find_spec(args.env_id)
     except gym.error.Error:
         hint = f"this script takes {accepted}, e.g. {ENV_KINDS[args.env_kinds[0]].example}"
         if "atari" not in args.env_kinds and ("NoFrameskip" in args.env_id or args.env_id.startswith("ALE/")):
@@ -189,6 +227,8 @@ def check_args(args, world_size=None) -> None:
         )
     if kind != "atari" and args.vector_env == "envpool":
         raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
+    if args.vector_env == "envpool" and ":" in args.env_id:  # envpool looks the game up by its registered id
+        raise ArgError(f"--vector-env envpool takes the game's registered id: pass --env-id {args.env_id.split(':', 1)[1]}")
     if kind != "atari" and args.capture_video:
         check_rendering(args.env_id, kind)
     if args.capture_video:

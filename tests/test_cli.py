@@ -10,7 +10,7 @@ import typing
 import pytest
 from ppo_utils import checkpoints
 import tyro
-from conftest import COLUMNS, ROOT, contract_flags, load_script, run_script, write_checkpoint
+from conftest import COLUMNS, ROOT, contract_flags, load_script, pythonpath_first, run_script, write_checkpoint
 
 
 def field_name(flag):
@@ -65,6 +65,13 @@ BAD_INPUTS = [
     ("ppo_continuous_action", ["--resume", "corrupt.pt"], "--resume"),
     ("ppo_continuous_action", ["--resume", "missing.pt"], "--resume"),
     ("ppo_continuous_action", ["--norm-per-env", "--vector-env", "async"], "--vector-env sync"),
+    # gymnasium's module:EnvId (MY_ENVS' module is on PYTHONPATH): a module that is not there, one that registers no such
+    # env, and an env of the other kind
+    ("ppo_continuous_action", ["--env-id", "nosuchmodule:X-v0"],
+     "error: --env-id nosuchmodule:X-v0: cannot import nosuchmodule (ModuleNotFoundError"),
+    ("ppo_continuous_action", ["--env-id", "myenvs:Other-v0"],
+     "error: --env-id myenvs:Other-v0: myenvs registers no env Other-v0"),
+    ("ppo_continuous_action", ["--env-id", "myenvs:MyCartPole-v0"], "Discrete action space; use ppo_rnn.py"),
     ("ppo_atari", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_atari", ["--env-id", "CartPole-v1"], "not an Atari game"),
     ("ppo_atari", ["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),
@@ -80,6 +87,7 @@ BAD_INPUTS = [
     ("ppo_rnn", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_rnn", ["--env-id", "CartPoleNoVelocity-v1", "--vector-env", "envpool"], "--vector-env"),
     ("ppo_rnn", ["--rnn-hidden-size", "0"], "--rnn-hidden-size"),
+    ("ppo_rnn", ["--env-id", "myenvs:MyPendulum-v0"], "use ppo_continuous_action.py"),
     ("ppo_rnn", ["--resume", "corrupt.pt"], "--resume"),
     ("ppo_continuous_action_seeds", ["--env-id", "BreakoutNoFrameskip-v4"], "ppo_atari.py"),
     ("ppo_continuous_action_seeds", ["--num-minibatches", "7"], "--num-minibatches"),
@@ -124,9 +132,20 @@ BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 OUT_OF_RANGE = [case for case in OUT_OF_RANGE if (ROOT / f"{case[0]}.py").exists()]
 
 
+# a module of one's own envs, for --env-id myenvs:MyPendulum-v0 (Box actions) and myenvs:MyCartPole-v0 (Discrete)
+MY_ENVS = """import gymnasium
+
+classic = "gymnasium.envs.classic_control"
+gymnasium.register(id="MyPendulum-v0", entry_point=f"{classic}.pendulum:PendulumEnv", max_episode_steps=200)
+gymnasium.register(id="MyCartPole-v0", entry_point=f"{classic}.cartpole:CartPoleEnv", max_episode_steps=500)
+"""
+
+
 def write_bad_files(folder):
-    """What the bad inputs name: a file that is no checkpoint, a Hopper checkpoint, a run folder holding one."""
+    """What the bad inputs name: a file that is no checkpoint, a Hopper checkpoint, a run folder holding one, and the
+    module myenvs (MY_ENVS; the subprocess cases put `folder` on PYTHONPATH)."""
     (folder / "corrupt.pt").write_bytes(b"this is not a checkpoint")
+    (folder / "myenvs.py").write_text(MY_ENVS)
     write_cont_checkpoint(folder / "hopper.pt", env_id="Hopper-v5")
     write_cont_checkpoint(folder / "saved" / "Hopper-v5__run__1__1" / "agent.pt", env_id="Hopper-v5")
 
@@ -141,10 +160,48 @@ def assert_one_error_line(stderr, named):
 @pytest.mark.parametrize("name,flags,named", BAD_INPUTS, ids=[f"{n}:{' '.join(f)}" for n, f, _ in BAD_INPUTS])
 def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
     write_bad_files(tmp_path)
-    result = run_script(name, *flags, cwd=tmp_path, timeout=120)
+    result = run_script(name, *flags, cwd=tmp_path, timeout=120, env={"PYTHONPATH": pythonpath_first(tmp_path)})
     assert result.returncode == 1, result.stderr
     assert_one_error_line(result.stderr, named)
     assert not (tmp_path / "runs").exists()  # nothing started
+
+
+MODULE_ENVS = [  # each script trains on its kind of env from one's own module; "short": flags that make the run short
+    ("ppo_continuous_action", "myenvs:MyPendulum-v0", ["--num-steps", "64", "--total-timesteps", "128", "--no-compile"]),
+    ("ppo_rnn", "myenvs:MyCartPole-v0", ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,env_id,short", MODULE_ENVS, ids=[f"{n}:{e}" for n, e, _ in MODULE_ENVS])
+def test_an_env_of_ones_own_module_trains(tmp_path, name, env_id, short):
+    """gymnasium's "module:EnvId" form, which gym.make takes by importing the module (that registers EnvId): the checks
+    import it too, and the run folder's name holds the env as one folder name (':' becomes '-', as '/' does)."""
+    (tmp_path / "myenvs.py").write_text(MY_ENVS)
+    flags = ["--env-id", env_id, "--num-minibatches", "2", "--no-cuda", *short]
+    result = run_script(name, *flags, cwd=tmp_path, timeout=300, env={"PYTHONPATH": pythonpath_first(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    assert run.name.startswith(env_id.replace(":", "-") + "__"), run.name
+
+
+def test_a_module_env_id_is_one_folder_name_and_its_faults_are_one_line(tmp_path, monkeypatch):
+    """Malformed ids (gym.make fails on each, some with a traceback), and a module found that fails to import: its
+    missing dependency is named as what to install, another ImportError as the import to fix."""
+    from ppo_utils import flag_checks
+
+    assert flag_checks.run_name_part("pkg.sub:MyEnv-v0") == "pkg.sub-MyEnv-v0"
+    assert flag_checks.run_name_part("pkg:ns/MyEnv-v0") == "pkg-ns-MyEnv-v0"
+    for env_id in ("a:b:C-v0", ":C-v0", "pkg:", ".rel:C-v0"):
+        with pytest.raises(flag_checks.ArgError, match=f"^--env-id {re.escape(env_id)}: pass one module:EnvId"):
+            flag_checks.find_spec(env_id)
+    (tmp_path / "needs_a_dependency.py").write_text("import nosuchdependency\n")
+    (tmp_path / "imports_a_wrong_name.py").write_text("from gymnasium import nosuchname\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    with pytest.raises(flag_checks.ArgError, match=r"\(ModuleNotFoundError: .*'nosuchdependency'\); it needs nosuchdep"):
+        flag_checks.find_spec("needs_a_dependency:MyEnv-v0")
+    with pytest.raises(flag_checks.ArgError, match=r"^--env-id .*: cannot import imports_a_wrong_name \(ImportError: "):
+        flag_checks.find_spec("imports_a_wrong_name:MyEnv-v0")
 
 
 @pytest.mark.parametrize("name,flags,named", OUT_OF_RANGE, ids=[f"{n}:{' '.join(f)}" for n, f, _ in OUT_OF_RANGE])
