@@ -16,10 +16,15 @@ seed, step, episodic_return, episodic_length of every episode of every run), run
 wall time, commit, machine, peer) and stats.csv.gz (each update's logged losses/<name>), small enough to commit.
 Reading a runs folder adds its runs to that data (replacing runs of the same env, variant and seed, keeping the
 others), so a matrix can be finished over several sittings and machines, and benchmark/run.py skips the runs the data
-already holds.
+already holds. A run that has not finished, or whose logs end short of the steps it was run for (an event file cut
+short), is left out of the data and named, on stderr and in the README; a data file cut mid-line or damaged is refused
+in one line.
 """
 
 import argparse
+import csv
+import gzip
+import io
 import itertools
 import json
 import re
@@ -27,6 +32,7 @@ import shlex
 import shutil
 import sys
 import warnings
+import zlib
 from glob import glob
 from pathlib import Path
 from typing import NamedTuple
@@ -65,8 +71,10 @@ FLOOR_WINDOW = 20  # episodes in the trailing mean that must exceed the threshol
 
 
 def read_run(folder: Path):
-    """(episodes, stats, sps) of one run folder (seed<k>), read from its TensorBoard event files: each episode's end
-    step, return and length; each update's step and training statistics (STATS, those logged); the last SPS."""
+    """(episodes, stats, sps, last_step, iteration) of one run folder (seed<k>), read from its TensorBoard event files:
+    each episode's end step, return and length; each update's step and training statistics (STATS, those logged); the
+    last SPS; the last step anything was logged at; and the steps of one iteration (the spacing of charts/SPS, logged
+    once per iteration; 0 where it was not logged). An event file cut short reads as a shorter run, silently."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     logdirs = sorted({str(Path(f).parent) for f in glob(str(folder / "runs" / "*" / "events.out.tfevents*"))})
@@ -87,7 +95,10 @@ def read_run(folder: Path):
     logged = [series(f"losses/{name}", name) for name in STATS if f"losses/{name}" in tags]
     stats = pd.concat([s[~s.index.duplicated(keep="last")] for s in logged], axis=1).reset_index() if logged else None
     sps = accumulator.Scalars("charts/SPS")[-1].value if "charts/SPS" in tags else np.nan
-    return episodes, stats, sps
+    last_step = max((accumulator.Scalars(tag)[-1].step for tag in tags), default=0)
+    sps_steps = [0] + [e.step for e in accumulator.Scalars("charts/SPS")] if "charts/SPS" in tags else [0]
+    iteration = float(np.median(np.diff(sps_steps))) if len(sps_steps) > 1 else 0.0
+    return episodes, stats, sps, last_step, iteration
 
 
 KEYS = ["env_id", "variant", "seed"]
@@ -101,21 +112,42 @@ class Tables(NamedTuple):
     stats: pd.DataFrame | None
 
 
-def read_runs_folder(root: Path):
+def budget_of(command):
+    """The --total-timesteps of a run's command (done.json's), or None where it gives none."""
+    words = shlex.split(command or "")
+    values = [after for word, after in zip(words, words[1:] + [""]) if word == "--total-timesteps"]
+    values += [word.split("=", 1)[1] for word in words if word.startswith("--total-timesteps=")]
+    return int(values[-1]) if values and values[-1].isdigit() else None
+
+
+def read_runs_folder(root: Path, left_out=None):
     """(episodes, runs, stats) tables of the finished runs (those with done.json) of a folder written by benchmark/run.py:
     the episodes and the updates' statistics from its TensorBoard logs; per run the last logged SPS and, from done.json,
-    the wall time, the commit, the machine and the peer."""
+    the wall time, the commit, the machine and the peer. A run not finished, or whose logs end an iteration or more
+    short of the --total-timesteps of its command, is left out, named on stderr and, with why, in `left_out` (a list)."""
     episodes, runs, stats = [], [], []
+
+    def skip(folder, why, fix=""):  # stderr names the folder; the README the run
+        print(f"skipped {folder}: {why}{fix}", file=sys.stderr)
+        if left_out is not None:
+            left_out.append(f"{folder.parts[-3]} {folder.parts[-2]} seed {folder.name[len('seed') :]}: {why}")
+
     for folder in sorted(root.glob("*/*/seed*")):
         done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
         if done.get("returncode") != 0:  # still running, stopped, or failed: its last episodes are not its score
-            print(f"skipped {folder}: not finished (no done.json); run benchmark/run.py again to finish it", file=sys.stderr)
+            skip(folder, "not finished (no done.json)", "; run benchmark/run.py again to finish it")
             continue
         run = read_run(folder)
         if run is None or run[0].empty:
-            print(f"skipped {folder}: no episodes logged", file=sys.stderr)
+            skip(folder, "no episodes logged")
             continue
-        run_episodes, run_stats, sps = run
+        run_episodes, run_stats, sps, last_step, iteration = run
+        budget = budget_of(done.get("command"))
+        # a whole run logs its last iteration's end: less than one iteration short of its budget
+        if budget is not None and budget - last_step >= max(iteration, 1):
+            why = f"its logs end at step {last_step} of {budget} (an event file cut short?)"
+            skip(folder, why, "; delete its folder and run benchmark/run.py again")
+            continue
         key = {"env_id": folder.parts[-3], "variant": folder.parts[-2], "seed": int(folder.name[len("seed") :])}
         episodes.append(run_episodes.assign(**key))
         if run_stats is not None:
@@ -127,13 +159,61 @@ def read_runs_folder(root: Path):
     return Tables(pd.concat(episodes, ignore_index=True), pd.DataFrame(runs), stats)
 
 
+# The columns of the data files (and of random.csv) that must hold a value, an integer or a number (or be empty)
+FILLED = set(KEYS) | {"step"}
+INTEGERS = {"seed", "step", "episodic_length", "episode", "length"}
+NUMBERS = INTEGERS | {"sps", "seconds", "episodic_return", "return"} | set(STATS)
+
+
+def read_csv(path: Path, fix: str):
+    """pd.read_csv of a data file, refused in one line (SystemExit: the file, the line, `fix`) where it is cut or
+    damaged: compressed data that end early, a file that does not end with a newline (write_data ends each with one, so
+    the last line was cut, however it parses), a row whose fields are not its header's, or a value missing from a FILLED
+    column or not of its column's type. A file cut exactly at the end of a line is a shorter file: no check sees it."""
+
+    def refuse(what):
+        raise SystemExit(f"error: {path}: {what}; {fix}")
+
+    try:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as error:
+        refuse(f"cut or damaged ({error})")
+    if not text.endswith("\n"):
+        last = text.count("\n") + 1
+        refuse(f"line {last} is cut (the file does not end with a newline)")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header, lines = next(reader, []), []
+    for row in reader:
+        if len(row) != len(header):
+            refuse(f"line {reader.line_num} is malformed ({len(row)} fields, its header {len(header)})")
+        lines.append(reader.line_num)  # a row's line (a quoted field may span several)
+    table = pd.read_csv(io.StringIO(text))
+    for column in table:
+        values = table[column]
+        numbers = pd.to_numeric(values, errors="coerce") if column in NUMBERS else values
+        bad = values.isna() if column in FILLED else pd.Series(False, index=values.index)
+        bad |= numbers.isna() & values.notna()
+        if column in INTEGERS:
+            bad |= numbers.notna() & (numbers != numbers.round())
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            kind = "an integer" if column in INTEGERS else "a number"
+            shown = "empty" if pd.isna(values.iloc[row]) else f"'{values.iloc[row]}', not {kind}"
+            refuse(f"line {lines[row]} is malformed ({column} {shown})")
+    return table
+
+
 def read_data(data: Path):
     """The (episodes, runs, stats) tables kept in a data folder (stats None where none were kept), or None where there
-    is none yet."""
+    is none yet; exits in one line where a file is cut or damaged (read_csv)."""
     if not (data / "runs.csv").exists():
         return None
-    stats = pd.read_csv(data / "stats.csv.gz") if (data / "stats.csv.gz").exists() else None
-    return Tables(pd.read_csv(data / "episodes.csv.gz"), pd.read_csv(data / "runs.csv"), stats)
+    fix = (
+        "restore it (git checkout), or set the data folder aside and rebuild it from the run folders: python "
+        f"benchmark/report.py <runs folder> --output {data.parent}"
+    )
+    stats = read_csv(data / "stats.csv.gz", fix) if (data / "stats.csv.gz").exists() else None
+    return Tables(read_csv(data / "episodes.csv.gz", fix), read_csv(data / "runs.csv", fix), stats)
 
 
 def merge_data(kept, new):
@@ -767,8 +847,11 @@ def main(argv=None):
     if not root.is_dir():
         raise SystemExit(f"error: {root}: no such folder; pass the --out folder of benchmark/run.py or a results folder")
     output = Path(options.output or root)
+    if output.exists() and not output.is_dir():
+        raise SystemExit(f"error: --output {output} is a file; pass a folder (README.md, the PNGs and data/ go into it)")
     data = output / "data"
-    new, kept = read_runs_folder(root), read_data(data)
+    left_out = []  # runs of this folder that the data leave out, and why
+    new, kept = read_runs_folder(root, left_out), read_data(data)
     if new is None and kept is None and read_data(root / "data") is not None:  # a results folder rebuilt elsewhere
         shutil.copytree(root / "data", data, dirs_exist_ok=True)  # its data go along, so the new report rebuilds alone
         kept = read_data(data)
@@ -791,10 +874,14 @@ def main(argv=None):
 
     sections = [f"# Results: {output.name}\n"]
     sections.append("Produced by:\n\n```bash\n" + "\n".join(commands) + "\n```\n")
+    if left_out:  # before any number: none below comes from these runs
+        note = f"Runs of {root} that this report and its data leave out:\n\n"
+        sections.append("## Left out\n\n" + note + "\n".join(f"- {line}" for line in left_out) + "\n")
     random_scores = data / "random.csv"  # benchmark/random_scores.py
     table1 = random_scores.exists() and set(runs["variant"]) <= set(PAPER_TABLE1)
     if table1:  # the paper's table comes first, and stands for the aggregate: each task scaled by its random policy
-        random = pd.read_csv(random_scores)  # and best setting, not by the reference's score for the default alone
+        # and best setting, not by the reference's score for the default alone
+        random = read_csv(random_scores, f"write it again: python benchmark/random_scores.py --output {random_scores}")
         plot_table1(runs, random, output / "table1.png")
         plot_table1_curves(runs, output / "table1_curves.png")
         sections.append(

@@ -293,9 +293,10 @@ def test_report_rebuilds_from_its_committed_data_alone(tiny, tmp_path):
     assert sorted(os.listdir(elsewhere / "data")) == sorted(os.listdir(clone / "data"))
 
 
-def logged_run(seed_folder, returns, length=None, approx_kl=(), **done):
+def logged_run(seed_folder, returns, length=None, approx_kl=(), iteration=None, **done):
     """A finished run as benchmark/run.py leaves it: TensorBoard episodes (one every 10 steps, each `length` long where
-    given), losses/approx_kl as (step, value) pairs, and done.json."""
+    given), losses/approx_kl as (step, value) pairs, charts/SPS at the end (and, given `iteration`, at the end of each
+    iteration of that many steps, between the episodes), and done.json."""
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(seed_folder / "runs" / "run"))
@@ -303,6 +304,8 @@ def logged_run(seed_folder, returns, length=None, approx_kl=(), **done):
         writer.add_scalar("charts/episodic_return", value, step * 10)
         if length is not None:
             writer.add_scalar("charts/episodic_length", length, step * 10)
+        if iteration and step and step * 10 % iteration == 0:
+            writer.add_scalar("charts/SPS", 100, step * 10)
     for step, value in approx_kl:
         writer.add_scalar("losses/approx_kl", value, step)
     writer.add_scalar("charts/SPS", 100, 10 * len(returns))
@@ -436,6 +439,101 @@ def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
     printed = runner(*TINY, "--out", str(tmp_path / "fresh"), "--results", str(results), "--print-commands")
     lines = printed.stdout.strip().splitlines()
     assert printed.returncode == 0 and len(lines) == 1 and "--seed 2" in lines[0]
+
+
+def report_cli(*args):
+    """benchmark/report.py run as a user runs it: its exit status, stdout and stderr."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+
+
+def results_data(folder):
+    """A results folder's data/ as write_data leaves it: task A, seeds 1-3 (SPS 2409, 2410, 2411), 20 episodes each."""
+    rows = [(seed, 10 * i, 10.0 * seed) for seed in (1, 2, 3) for i in range(20)]
+    episodes = pd.DataFrame(rows, columns=["seed", "step", "episodic_return"]).assign(env_id="A", variant="default")
+    runs = pd.DataFrame({"env_id": "A", "variant": "default", "seed": [1, 2, 3], "sps": [2409.0, 2410.0, 2411.0]})
+    runs["machine"] = "box"
+    report.write_data(folder / "data", report.Tables(episodes, runs, None))
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "file,damage,line",
+    [
+        ("runs.csv", lambda text: text[: text.rindex("2411") + 2], 4),  # cut in seed 3's SPS: its row has 4 fields of 5
+        ("runs.csv", lambda text: text[:-2], 4),  # cut in its last field: the row still parses, but ends in no newline
+        ("runs.csv", lambda text: text.replace("2410.0,box", "2410.0,box,9"), 3),  # a field too many
+        ("runs.csv", lambda text: text.replace("2410.0", "24l0.0"), 3),  # SPS not a number
+        ("runs.csv", lambda text: text.replace("default,2,", "default,2.5,"), 3),  # a seed not an integer
+        ("episodes.csv.gz", lambda text: text[: text.index("\n", len(text) // 2) - 3], None),  # cut mid-line, in seed 2's
+    ],
+    ids=["cut-in-sps", "cut-in-last-field", "field-too-many", "sps-not-a-number", "seed-not-an-integer", "episodes-cut"],
+)
+def test_report_refuses_damaged_data_in_one_line(tmp_path, file, damage, line):
+    """A data file cut mid-line (however its last row parses: write_data ends every file with a newline), or a row with
+    fields too many or too few or a value of the wrong type, is refused: exit 1, one line naming the file and the line,
+    and nothing written."""
+    import gzip
+
+    path = results_data(tmp_path / "results") / "data" / file
+    text = gzip.decompress(path.read_bytes()).decode() if file.endswith(".gz") else path.read_text()
+    damaged = damage(text)
+    assert damaged != text
+    path.write_bytes(gzip.compress(damaged.encode()) if file.endswith(".gz") else damaged.encode())
+    result = report_cli(tmp_path / "results", "--output", tmp_path / "out")
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    line = line or damaged.count("\n") + 1
+    assert result.stderr.startswith(f"error: {path}: line {line} ") and "report.py" in result.stderr  # and the fix
+    assert not (tmp_path / "out").exists() and not (tmp_path / "results" / "README.md").exists()
+
+
+@pytest.mark.slow
+def test_report_refuses_a_compressed_data_file_cut_short_in_one_line(tmp_path):
+    path = results_data(tmp_path / "results") / "data" / "episodes.csv.gz"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    result = report_cli(tmp_path / "results")
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"error: {path}: ") and not (tmp_path / "results" / "README.md").exists()
+
+
+@pytest.mark.slow
+def test_report_leaves_out_a_run_whose_logs_end_short_of_its_budget_and_names_it(tmp_path):
+    """Three finished runs of 200 steps in iterations of 40 (20 episodes, SPS logged at the end of each iteration)
+    scoring 10, 1000 and 30; seed 2's event file cut in half, so its logs end near step 100. Seed 3 was run with
+    --total-timesteps 205: its last iteration ends 5 steps short of that, less than an iteration, so it is complete.
+    The report leaves seed 2 out of the scores and the data and names it, with how far it got, on stderr and in its
+    README; the rebuild from the data alone gives the same scores."""
+    runs = tmp_path / "runs" / "A" / "default"
+    for seed, score in ((1, 10.0), (2, 1000.0), (3, 30.0)):
+        command = f"python ppo.py --seed {seed} --total-timesteps {205 if seed == 3 else 200}"
+        logged_run(runs / f"seed{seed}", [score] * 20, iteration=40, command=command)
+    (events,) = (runs / "seed2").glob("runs/run/events.out.tfevents*")
+    events.write_bytes(events.read_bytes()[: events.stat().st_size // 2])
+    result = report_cli(tmp_path / "runs", "--output", tmp_path / "results")
+    assert result.returncode == 0, result.stderr
+    assert [line.split(":")[0] for line in result.stderr.splitlines()] == [f"skipped {runs / 'seed2'}"]
+    text = (tmp_path / "results" / "README.md").read_text()
+    left_out = text.split("## Left out\n\n")[1].split("\n## ")[0]
+    (named,) = [line for line in left_out.splitlines() if line.startswith("- ")]
+    reached = int(re.search(r"seed 2: its logs end at step (\d+) of 200\b", named).group(1))
+    assert 50 <= reached <= 150
+    scores = text.split("## Scores\n\n")[1].split("\n## ")[0]
+    assert scores.splitlines()[2].split(" | ")[1:5] == ["default", "2", "20.0 ± 10.0", "10 (seed 1), 30 (seed 3)"]
+    assert list(pd.read_csv(tmp_path / "results" / "data" / "runs.csv")["seed"]) == [1, 3]
+    assert report_cli(tmp_path / "results").returncode == 0
+    assert scores in (tmp_path / "results" / "README.md").read_text()  # the rebuild from the data
+
+
+@pytest.mark.slow
+def test_report_output_that_is_a_file_is_one_line(tmp_path):
+    results_data(tmp_path / "results")
+    (tmp_path / "out.md").write_text("mine")
+    result = report_cli(tmp_path / "results", "--output", tmp_path / "out.md")
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"error: --output {tmp_path / 'out.md'} is a file")
+    assert (tmp_path / "out.md").read_text() == "mine"
 
 
 def test_learning_curve_is_each_seeds_trailing_mean_on_the_grid():
