@@ -565,7 +565,7 @@ def train(args: SeedsArgs, stop_signals=()):
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
     done = [Update(iteration=0, global_step=0, kl_beta=args.kl_beta)] * num_agents  # the last finished update: none yet
     if resumed[0]:  # the checkpoints' parameters, optimizers, env statistics and RNG states replace those made above
-        done = restore_agents(resumed, agents, optimizers, envs, shufflers, generators)
+        done = restore_agents(args.resume, resumed, agents, optimizers, envs, shufflers, generators)
     share = SimpleNamespace(num_envs=args.num_envs, close=envs.close)  # what a run reads of its envs: its agent's count
     for i, run in enumerate(runs):  # each run's checkpoints keep its agent's own state
         run.start(

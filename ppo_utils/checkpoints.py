@@ -3,15 +3,19 @@ written durably and read without running code from the file; --resume (a run con
 and as many processes, X2) and --eval-checkpoint (the saved agent plays its env; a recurrent agent carries its state
 from step to step, B3)."""
 
+import io
 import os
 import random
 import re
 import shlex
 import sys
 import time
+import types
+import typing
+import warnings
 from dataclasses import asdict, fields, replace
 from glob import glob
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -82,6 +86,11 @@ def new_run_folder(name):
             os.mkdir(folder)
             return folder
         except FileExistsError:
+            if os.path.islink("runs") and not os.path.exists("runs"):
+                raise ArgError(
+                    f"runs in {os.getcwd()} is a link to {os.readlink('runs')}, which does not exist; make that folder, "
+                    "or remove the link"
+                ) from None
             if not os.path.isdir("runs"):
                 raise ArgError(f"runs is a file in {os.getcwd()}; runs go in a folder runs/ there: move the file") from None
         except OSError as e:
@@ -98,8 +107,10 @@ def save_checkpoint(path, checkpoint):
     new one, never a torn file. Where the disk refuses (full, read-only), the temporary file is removed and
     CheckpointError says so; the old checkpoint is untouched."""
     try:
+        content = io.BytesIO()
+        torch.save(checkpoint, content)  # in memory first: a full disk is then the OSError of a write, not torch's
         with open(path + ".tmp", "wb") as f:
-            torch.save(checkpoint, f)
+            f.write(content.getbuffer())
             f.flush()
             os.fsync(f.fileno())
     except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
@@ -117,9 +128,11 @@ def save_checkpoint(path, checkpoint):
 
 
 def load_checkpoint(path, flag, args):
-    """A checkpoint save_checkpoint wrote, loaded without executing code (weights_only); ArgError naming `flag` if the
-    path is a folder (naming the agent.pt files in it and up to two levels below: a run folder, runs/, the folder that
-    holds runs/), or the file is missing, truncated or written by another script than args.script."""
+    """A checkpoint save_checkpoint wrote, loaded without executing code (weights_only) and checked whole before anything
+    is made of it (its flags, counters and RNG states here; its model, optimizer and env statistics against the run's
+    own by check_restorable); ArgError naming `flag` if the path is a folder (naming the agent.pt files in it and up to
+    two levels below: a run folder, runs/, the folder that holds runs/), or the file is missing, not a regular file,
+    truncated, written by another script than args.script, or changed since it was written."""
     if os.path.isdir(path):
         found = [p for pattern in ("agent.pt", "*/agent.pt", "*/*/agent.pt") for p in glob(os.path.join(path, pattern))]
         hint = "pass the agent.pt inside a run folder, e.g. runs/<run>/agent.pt"
@@ -128,29 +141,142 @@ def load_checkpoint(path, flag, args):
         elif found:
             hint = f"pass one of the {len(found)} agent.pt files under it; the newest: {max(found, key=os.path.getmtime)}"
         raise ArgError(f"{flag} {path}: is a folder; {hint}")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ArgError(f"{flag} {path}: not a regular file (a device or a pipe); pass an agent.pt written under runs/")
     if not os.path.isfile(path):
         raise ArgError(f"{flag} {path}: no such file; pass an agent.pt written under runs/ by --save-model or a checkpoint")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of a file it then refuses
+            warnings.simplefilter("ignore")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise ArgError(f"{flag} {path} is not a readable checkpoint ({type(e).__name__}); use another one") from None
     if not isinstance(checkpoint, dict) or not CHECKPOINT_KEYS <= checkpoint.keys():
         raise ArgError(f"{flag} {path} was not written by {args.script}")
     if checkpoint["script"] != args.script:
         raise ArgError(f"{flag} {path} was written by {checkpoint['script']}; load it with that script")
+    if not isinstance(checkpoint["args"], dict):
+        raise damaged(flag, path, "no flags")
     run_name, wandb_id = checkpoint["run_name"], checkpoint["wandb_id"]  # checked as names of files would be
     if not (isinstance(run_name, str) and is_folder_name(run_name)) or not (
         wandb_id is None or (isinstance(wandb_id, str) and re.fullmatch(r"[\w-]{1,64}", wandb_id))
     ):
         raise ArgError(f"{flag} {path} holds a run name or wandb id that this script never writes; use another checkpoint")
-    unknown = sorted(set(checkpoint["args"]) - {field.name for field in fields(args)})
-    if unknown:
-        names = " ".join(f"--{key.replace('_', '-')}" for key in unknown)
+    names = {field.name for field in fields(args)}
+    unknown, missing = sorted(set(checkpoint["args"]) - names), sorted(names - set(checkpoint["args"]))
+    if unknown or missing:
+        which = f"with flags this one does not have ({flag_names(unknown)})" if unknown else f"without {flag_names(missing)}"
         raise ArgError(
-            f"{flag} {path} was written by another version of {args.script}, with flags this one does not have "
-            f"({names}); load it with the version that wrote it"
+            f"{flag} {path} was written by another version of {args.script}, {which}; load it with the version that wrote it"
         )
+    hints = typing.get_type_hints(type(args))
+    for name, value in checkpoint["args"].items():
+        if not fits(value, hints[name]):
+            raise damaged(flag, path, f"--{name.replace('_', '-')} {value!r}, which is not {type_name(hints[name])}")
+    counters = {"iteration": int, "global_step": int, "kl_beta": float, "world_size": int, "local_world_size": int}
+    for name, kind in counters.items():
+        value = checkpoint.get(name, 1)
+        if not fits(value, kind) or value < 0 or not np.isfinite(value):
+            raise damaged(flag, path, f"{name} {value!r}, which no run reaches")
+    try:  # on generators of its own: the process's stay as they are
+        rng = checkpoint["rng"]
+        random.Random().setstate(rng["python"])
+        np.random.RandomState().set_state(numpy_state_loaded(rng["numpy"]))
+        torch.Generator().set_state(rng["torch"])
+        assert all(isinstance(state, torch.Tensor) and state.dtype == torch.uint8 for state in rng["cuda"])
+    except Exception:
+        raise damaged(flag, path, "random number generator states that cannot be restored") from None
     return checkpoint
+
+
+def damaged(flag, path, what):
+    """The ArgError of a checkpoint changed after it was written (by hand, or by a damaged disk): it names what it holds."""
+    return ArgError(f"{flag} {path} holds {what}: it was changed after it was written; use another checkpoint")
+
+
+def flag_names(names):
+    return " ".join(f"--{name.replace('_', '-')}" for name in names)
+
+
+def fits(value, hint):
+    """Whether `value` is of the type `hint` (a flag's annotation: bool, int, float, str, X | None, Literal, tuple)."""
+    origin, members = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(fits(value, member) for member in members)
+    if origin is Literal:
+        return any(value == member and type(value) is type(member) for member in members)
+    if origin is tuple:
+        return isinstance(value, tuple) and all(fits(v, members[0]) for v in value)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint in (bool, int, str, type(None)):
+        return type(value) is hint
+    return True
+
+
+def type_name(hint):
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(hint)))
+    return " or ".join(getattr(member, "__name__", str(member)) for member in (typing.get_args(hint) or [hint]))
+
+
+def check_restorable(checkpoint, flag, path, agent, optimizer, env_stats, same_count=True):
+    """ArgError unless the checkpoint's model, optimizer state (optimizer None: not restored) and env statistics fit the
+    agent, optimizer and env statistics (env_statistics()) this run made from the checkpoint's flags: a model of another
+    env or network, an empty or partial Adam state after updates, statistics missing where the flags keep them. Checks
+    only: nothing is loaded. same_count: as many statistics entries as envs with --norm-per-env (an evaluation's single
+    env takes the first)."""
+    model, own = checkpoint["model"], agent.state_dict()
+    if not isinstance(model, dict) or not all(isinstance(tensor, torch.Tensor) for tensor in model.values()):
+        raise damaged(flag, path, "a model that is not a set of named tensors")
+    if model.keys() != own.keys():
+        names = sorted(model.keys() ^ own.keys())
+        raise damaged(flag, path, f"a model of another network ({'lacking' if names[0] in own else 'with'} {names[0]})")
+    for name, tensor in own.items():
+        if model[name].shape != tensor.shape:
+            raise ArgError(
+                f"{flag} {path} holds a network whose {name} is {tuple(model[name].shape)}, where one for its flags "
+                f"(--env-id {checkpoint['args']['env_id']}) is {tuple(tensor.shape)}: its flags were changed after it "
+                "was written; use another checkpoint"
+            )
+    if optimizer is not None:
+        check_optimizer_state(checkpoint, flag, path, agent, optimizer)
+    if not isinstance(checkpoint["env_stats"], dict):
+        raise damaged(flag, path, "env statistics that are not a dict")
+    for key, expected in env_stats.items():
+        saved = checkpoint["env_stats"].get(key)
+        if expected is None:
+            continue
+        if saved is None or isinstance(saved, list) != isinstance(expected, list):
+            raise damaged(flag, path, f"no {key} statistics of the kind its flags keep (M1, M3)")
+        saved, expected = (saved, expected) if isinstance(saved, list) else ([saved], [expected])
+        if (same_count and len(saved) != len(expected)) or not saved:
+            raise damaged(flag, path, f"{len(saved)} {key} statistics for {len(expected)} envs")
+        for entry in saved:
+            fine = isinstance(entry, dict) and all(isinstance(entry.get(part), torch.Tensor) for part in ("mean", "var"))
+            fine = fine and entry["mean"].shape == entry["var"].shape == expected[0]["mean"].shape
+            fine = fine and bool(torch.isfinite(entry["mean"]).all() and (entry["var"] >= 0).all())
+            if not (fine and fits(entry.get("count"), float) and entry["count"] > 0):
+                raise damaged(flag, path, f"{key} statistics that do not fit its env's observations or rewards")
+
+
+def check_optimizer_state(checkpoint, flag, path, agent, optimizer):
+    """check_restorable's part for the optimizer: loads the saved state into a copy of the run's optimizer."""
+    saved, parameters = checkpoint["optimizer"], list(agent.parameters())
+    try:
+        saved = optimizer_in_current_order(saved, checkpoint["model"], agent)
+        scratch = type(optimizer)([torch.zeros_like(p) for p in parameters], **optimizer.defaults)
+        scratch.load_state_dict(saved)
+    except Exception:
+        raise damaged(flag, path, "an optimizer state that is not one of this network's") from None
+    state = saved["state"]
+    if checkpoint["iteration"] > 0 and len(state) != len(parameters):
+        raise damaged(flag, path, f"Adam's moments for {len(state)} of {len(parameters)} parameters after update "
+                      f"{checkpoint['iteration']}")  # fmt: skip
+    for i, entry in state.items():
+        moments = [entry.get(name) for name in ("exp_avg", "exp_avg_sq")]
+        if not all(isinstance(m, torch.Tensor) and m.shape == parameters[i].shape for m in moments):
+            raise damaged(flag, path, "Adam moments of other shapes than the network's parameters")
 
 
 def script_as_started(script):
@@ -176,20 +302,20 @@ def resume_command(script, path, world_size, local_world_size):
 
 def resume_flags(args, world_size=None):
     """--resume: (the checkpoint's flags, the checkpoint), or (args, None) without --resume. The run continues with
-    the flags it was started with: another flag given with --resume, or another number of processes (X2: the
-    schedules and the step budget count updates of all processes), is refused with an ArgError."""
+    the flags it was started with: another flag given with --resume (typed on the command line, whatever its value, or
+    set to another value than its default), or another number of processes (X2: the schedules and the step budget count
+    updates of all processes), is refused with an ArgError, as are flags and counters in the checkpoint that no run of
+    this script could have written."""
     if not args.resume:
         return args, None
     world_size = world_size or launched_processes()
     resumed = load_checkpoint(args.resume, "--resume", args)
     default = type(args)()
-    changed = [
-        f"--{key.replace('_', '-')}"
-        for key, value in asdict(args).items()
-        if key != "resume" and value != getattr(default, key)
-    ]
+    typed = typed_flags(args)
+    changed = [f.name for f in fields(args) if f.name in typed or getattr(args, f.name) != getattr(default, f.name)]
+    changed.remove("resume")
     if changed:
-        raise ArgError(f"--resume continues the run with its own flags; drop {' '.join(changed)}")
+        raise ArgError(f"--resume continues the run with its own flags; drop {flag_names(changed)}")
     saved = resumed.get("world_size", 1), resumed.get("local_world_size", 1)
     if saved[0] != world_size:
         processes = f"{saved[0]} process{'es' if saved[0] > 1 else ''}"
@@ -198,13 +324,40 @@ def resume_flags(args, world_size=None):
             + resume_command(args.script, args.resume, *saved)
         )
     args = replace(type(args)(**resumed["args"]), resume=args.resume)
+    checked_saved_flags(args, "--resume", args.resume, world_size)
     updates = args.total_timesteps // (args.batch_size * world_size)
+    if resumed["global_step"] != resumed["iteration"] * args.batch_size * world_size:
+        raise damaged("--resume", args.resume, f"step {resumed['global_step']} after update {resumed['iteration']}")
     if resumed["iteration"] >= updates:
         raise ArgError(
             f"--resume {args.resume}: the run finished all its {updates} updates (step {resumed['global_step']}); "
             f"nothing is left to train; play it with --eval-checkpoint {args.resume}"
         )
     return args, resumed
+
+
+def checked_saved_flags(args, flag, path, world_size=None):
+    """check_args on the flags the checkpoint `path` holds: an ArgError names the checkpoint that holds the flag, which
+    the user did not type."""
+    try:
+        check_args(args, world_size)
+    except ArgError as e:
+        raise ArgError(f"{flag} {path} holds flags this script refuses: {e}") from None
+
+
+COMMAND_LINE = []  # the words after the script's name, where main() runs it from a command line (not a test or notebook)
+
+
+def typed_flags(args):
+    """The names of args' fields whose flags COMMAND_LINE names (--learning-rate 0.0003, --no-anneal-lr, --seed=2)."""
+    names = {field.name.replace("_", "-"): field.name for field in fields(args)}
+    names |= {f"no-{flag}": name for flag, name in names.items()}
+    typed = set()
+    for word in COMMAND_LINE:
+        flag = word[2:].split("=")[0].replace("_", "-")
+        if word.startswith("--") and flag in names:
+            typed.add(names[flag])
+    return typed
 
 
 class Update(NamedTuple):
@@ -220,6 +373,7 @@ def restore(resumed, agent, optimizer, envs, rank, args):
     """--resume: loads the checkpoint's parameters, optimizer, env statistics and RNG states into what train() made and
     seeded (X2: rank 0's RNG states; the other ranks draw numbers of their own from a seed moved on by the step).
     Returns the Update the checkpoint ended."""
+    check_restorable(resumed, "--resume", args.resume, agent, optimizer, env_statistics(envs))
     agent.load_state_dict(resumed["model"])
     optimizer.load_state_dict(optimizer_in_current_order(resumed["optimizer"], resumed["model"], agent))
     set_env_statistics(envs, resumed["env_stats"])
@@ -312,12 +466,13 @@ def evaluate(args, make_envs, Agent):
     train_args = replace(
         type(args)(**checkpoint["args"]), num_envs=1, num_minibatches=1, capture_video=args.capture_video, seed=args.seed
     )
-    check_args(train_args)
+    checked_saved_flags(train_args, "--eval-checkpoint", args.eval_checkpoint)
     torch.manual_seed(args.seed)
     name = f"{run_name_part(train_args.env_id)}__{args.exp_name}-eval__{args.seed}__{int(time.time())}"
     video_folder = os.path.join(new_run_folder(name), "videos") if args.capture_video else None  # runs/<name>/videos
     envs = make_envs(train_args, video_folder)
     agent = Agent(envs, train_args)
+    check_restorable(checkpoint, "--eval-checkpoint", args.eval_checkpoint, agent, None, env_statistics(envs), False)
     agent.load_state_dict(checkpoint["model"])
     set_env_statistics(envs, checkpoint["env_stats"], frozen=True)
 

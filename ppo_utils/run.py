@@ -3,14 +3,20 @@ or evaluation, stop signals in, one-line errors out), and `Run` (the run's folde
 bookkeeping: the NaN guard, `RunLog`'s TensorBoard, wandb and progress lines, `Checkpoints`, the last lines that say
 where everything went). It decides no PPO detail."""
 
+import errno
+import fcntl
 import os
 import shlex
 import shutil
 import signal
 import sys
+import tempfile
+import threading
 import time
+import warnings
 from collections import deque
 from dataclasses import asdict
+from glob import escape as glob_escape
 from glob import glob
 
 import numpy as np
@@ -18,10 +24,15 @@ import torch
 import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
+from . import checkpoints
 from .checkpoints import CheckpointError, Checkpoints, Update, evaluate, new_run_folder, resume_command, script_as_started
 from .distributed import all_ranks_mean
 from .env_adapters import finished_episodes
 from .flag_checks import ArgError, run_name_part
+
+
+class LogWriteError(OSError):
+    """The TensorBoard log could not be written (its writer thread met a full disk or a lost mount)."""
 
 
 class NonFiniteError(RuntimeError):
@@ -36,18 +47,12 @@ def main(args, train, make_envs, Agent):
     """A script's `__main__`: trains, or with --eval-checkpoint evaluates a saved agent. While training, SIGINT and
     SIGTERM ask train() to stop with a checkpoint (stop_on_signals); while evaluating they stop it at once. A bad
     command line or a NaN ends with one line on stderr (printed by rank 0 alone under torchrun) instead of a traceback."""
+    checkpoints.COMMAND_LINE[:] = sys.argv[1:]  # the flags typed with --resume are refused whatever their values
+    Run.active.clear()  # runs an earlier train() in this process left open when it raised (a test's) are not this one's
     try:
-        if args.eval_checkpoint:  # Ctrl-C stops it at once, also where a shell started it in the background (SIG_IGN)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        evaluate(args, make_envs, Agent) if args.eval_checkpoint else train(args, stop_on_signals())
-    except (ArgError, NonFiniteError, CheckpointError) as e:
-        if int(os.environ.get("RANK", 0)) == 0:
-            print(f"error: {e}", file=sys.stderr)
-        else:  # X2: every rank meets the same error; rank 0 says it, and torchrun stops the group once one rank exits
-            time.sleep(3)
-        sys.exit(1)
-    except KeyboardInterrupt:  # Ctrl-C while evaluating
-        sys.exit(130)
+        run_or_say_why(args, train, make_envs, Agent)
+    finally:
+        checkpoints.COMMAND_LINE.clear()  # a train() called later in this process (a test's) had no command line
     if int(os.environ.get("WORLD_SIZE", 1)) > 1:
         # X2: the run is done and its process group closed, but torch's gloo backend sometimes aborts the interpreter's
         # teardown ("terminate called without an active exception"), which would fail the torchrun job: a worker whose
@@ -55,6 +60,29 @@ def main(args, train, make_envs, Agent):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def run_or_say_why(args, train, make_envs, Agent):
+    """main()'s training or evaluation, its errors turned into one line on stderr and an exit code."""
+    try:
+        if args.eval_checkpoint:  # Ctrl-C stops it at once, also where a shell started it in the background (SIG_IGN)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        evaluate(args, make_envs, Agent) if args.eval_checkpoint else train(args, stop_on_signals())
+    except (ArgError, NonFiniteError, CheckpointError) as e:
+        for run in [run for run in Run.active if run.log is None]:
+            run.abandon()  # refused before it started (a checkpoint that fails its checks): its folder as it was
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(f"error: {e}", file=sys.stderr)
+        else:  # X2: every rank meets the same error; rank 0 says it, and torchrun stops the group once one rank exits
+            time.sleep(3)
+        sys.exit(1)
+    except OSError as e:  # a full disk or a lost mount under the logs or the videos (under a checkpoint: CheckpointError)
+        if not Run.active or not disk_trouble(e):
+            raise
+        print(f"error: {write_failed(list(Run.active), e)}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C while evaluating
+        sys.exit(130)
 
 
 def stop_on_signals():
@@ -95,10 +123,14 @@ class RunLog:
         self.writer = None
         if rank == 0:
             # on resume, TensorBoard hides what the interrupted run logged after its checkpoint: no step appears twice
-            self.writer = SummaryWriter(folder, purge_step=resumed["global_step"] + 1 if resumed else None)
-            if resumed is None:
-                table = "\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])
-                self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+            threading.excepthook = quiet_log_writer
+            try:
+                self.writer = SummaryWriter(folder, purge_step=resumed["global_step"] + 1 if resumed else None)
+                if resumed is None:
+                    table = "\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])
+                    self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+            except OSError as e:
+                raise LogWriteError(e.errno, e.strerror) from None
         self.episodes, self.episodic_returns, self.recent_returns, self.videos_logged = [], [], deque(maxlen=20), set()
         self.sps = 0
 
@@ -129,12 +161,15 @@ class RunLog:
         self.sps = int((global_step - self.start_step) / (time.time() - self.start_time))  # over all ranks
         if self.rank != 0:
             return
-        for step_of_end, episodic_return, episodic_length in episodes:
-            self.writer.add_scalar("charts/episodic_return", episodic_return, step_of_end)
-            self.writer.add_scalar("charts/episodic_length", episodic_length, step_of_end)
-        for tag, value in scalars.items():
-            self.writer.add_scalar(tag, value, global_step)
-        self.writer.add_scalar("charts/SPS", self.sps, global_step)
+        try:  # TensorBoard's thread writes the file; a write it failed fails the next add_scalar
+            for step_of_end, episodic_return, episodic_length in episodes:
+                self.writer.add_scalar("charts/episodic_return", episodic_return, step_of_end)
+                self.writer.add_scalar("charts/episodic_length", episodic_length, step_of_end)
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, value, global_step)
+            self.writer.add_scalar("charts/SPS", self.sps, global_step)
+        except OSError as e:
+            raise LogWriteError(e.errno, e.strerror) from None
         if time.time() - self.last_print > 10 or global_step == self.last_step:
             self.last_print = time.time()
             mean_return = f"{np.mean(self.recent_returns):.1f}" if self.recent_returns else "n/a"
@@ -147,7 +182,10 @@ class RunLog:
         if self.track and self.args.capture_video:
             log_videos(self.video_folder, self.videos_logged)
         if self.writer is not None:
-            self.writer.close()
+            try:
+                self.writer.close()
+            except OSError as e:
+                raise LogWriteError(e.errno, e.strerror) from None
         if self.track:
             import wandb
 
@@ -159,24 +197,21 @@ class Run:
     its `log` (RunLog) and `checkpoints`, and the stop signals. train() calls, in order: `start`, `should_stop` (each
     env step), `check_finite` and `finish_update` (each update), `finish`."""
 
+    active = []  # the runs of this process not yet closed: where a write fails, main() names their checkpoints
+
     def __init__(self, args, *, resumed, rank, world_size, stop_signals=()):
         if args.torch_threads > 0:
             torch.set_num_threads(args.torch_threads)
         self.args, self.resumed, self.rank, self.world_size = args, resumed, rank, world_size
-        self.stop_signals, self.stopping, self.steps_unchecked = stop_signals, False, 0
+        self.stop_signals, self.stopping, self.steps_unchecked, self.log = stop_signals, False, 0, None
         self.folder = run_folder(args, resumed, rank, world_size)
         self.name = os.path.basename(os.path.abspath(self.folder))
-        # videos of env 0; a resumed session's in a folder of their own, so that the first session's stay
-        self.video_folder = os.path.join(self.folder, f"videos-from-step-{resumed['global_step']}" if resumed else "videos")
-        try:
-            self.log = RunLog(args, self.folder, self.video_folder, rank, world_size, resumed)
-        except ArgError:
-            if rank == 0 and not resumed:
-                shutil.rmtree(self.folder)  # made a moment ago, for this run: nothing else is in it
-                if not os.listdir("runs"):
-                    os.rmdir("runs")
-            raise
+        self.lock = lock_run_folder(self.folder, args.resume) if rank == 0 else None  # X2: rank 0 writes the folder
+        # videos of env 0; each resumed session's in a new folder of their own, so that no video is overwritten
+        videos = f"videos-from-step-{resumed['global_step']}" if resumed else "videos"
+        self.video_folder = new_name(os.path.join(self.folder, videos))
         self.checkpoints = Checkpoints(args, self.folder, rank, world_size)
+        Run.active.append(self)
         trained = args.num_iterations * args.batch_size * world_size
         if rank == 0 and trained != args.total_timesteps and not resumed:
             print(
@@ -186,15 +221,33 @@ class Run:
             )
 
     def start(self, agent, optimizer, envs, done: Update, state=None):
-        """Takes what the checkpoints save, and the update the run starts after (none yet: iteration 0). state: a function
+        """Takes what the checkpoints save, and the update the run starts after (none yet: iteration 0); opens the logs
+        (so that a resumed checkpoint that fails its checks leaves its run folder as it was). state: a function
         returning the "rng" and "env_stats" a checkpoint keeps, where the run's are not this process's RNG states and the
         envs' statistics (ppo_continuous_action_seeds.py: each agent's own); envs: what the run reads of its envs, their
         num_envs and close()."""
         self.agent, self.optimizer, self.envs, self.done, self.state = agent, optimizer, envs, done, state
+        try:
+            self.log = RunLog(self.args, self.folder, self.video_folder, self.rank, self.world_size, self.resumed)
+        except ArgError:
+            envs.close()
+            self.abandon()
+            raise
         if self.resumed and self.rank == 0:
             print(f"resumed {self.name} after update {done.iteration} (step {done.global_step}); the envs start new episodes")
         self.log.start(envs.num_envs, done.global_step, self.args.num_iterations * self.args.batch_size * self.world_size)
         self.checkpoints.keep(optimizer, envs, state and state())
+
+    def abandon(self):
+        """A run that ends before it starts (a checkpoint or wandb refused): its folder as it was before (a new run's
+        removed, a resumed session's empty video folder too)."""
+        Run.active.remove(self)
+        if self.rank == 0 and os.path.isdir(self.video_folder) and not os.listdir(self.video_folder):
+            os.rmdir(self.video_folder)
+        if self.rank == 0 and not self.resumed and os.path.isdir(self.folder):
+            shutil.rmtree(self.folder)  # made a moment ago, for this run: nothing else is in it
+            if not os.listdir("runs"):
+                os.rmdir("runs")
 
     def should_stop(self, last_step_of_rollout):
         """Whether SIGINT or SIGTERM has come (to any rank: X2 ranks agree every AGREE_EVERY steps and at the end of the
@@ -267,12 +320,98 @@ class Run:
             print("no checkpoint written: --save-model or --checkpoint-interval N keeps the agent")
 
     def close(self):
-        """Closes the envs, the logs and (X2) the process group."""
+        """Closes the envs, the logs and (X2) the process group; lets go of the run folder."""
+        Run.active.remove(self)
         self.envs.close()
         self.log.close()
         if self.world_size > 1:
             dist.barrier()  # no rank leaves while another still talks to it
             dist.destroy_process_group()
+        if self.lock is not None:
+            os.close(self.lock)  # its lock goes with it
+
+    def close_after_failure(self):
+        """Closes the run as far as the disk lets it, and removes the video being written when it failed (ffmpeg writes
+        an mp4's index, its moov box, last: a file without one does not play)."""
+        warnings.filterwarnings("ignore", ".*Unable to save last video")  # gymnasium's, as the broken recorder is dropped
+        try:
+            self.close()
+        except Exception:  # the logs' last flush meets the same full disk; the envs' video writer its broken pipe
+            pass
+        for path in glob(os.path.join(glob_escape(self.video_folder), "*.mp4")):
+            with open(path, "rb") as f:
+                if b"moov" not in f.read():
+                    os.remove(path)
+
+
+DISK_TROUBLE = {
+    errno.ENOSPC: "No space left on device",
+    errno.EDQUOT: "Disk quota exceeded",
+    errno.EROFS: "Read-only file system",
+}
+
+
+def quiet_log_writer(hook_args, report=threading.excepthook):
+    """threading.excepthook: TensorBoard's writer thread ends on a failed write with a traceback; the next write raises
+    the same error, which the run reports in one line. Other threads' exceptions are reported as they were."""
+    if not (isinstance(hook_args.exc_value, OSError) and type(hook_args.thread).__module__.startswith("tensorboard")):
+        report(hook_args)
+
+
+def disk_trouble(error):
+    """What kept `error`'s write from the disk (ffmpeg's broken pipe says it in its message), or None."""
+    if error.errno in DISK_TROUBLE:
+        return DISK_TROUBLE[error.errno]
+    return next((reason for reason in DISK_TROUBLE.values() if reason in str(error)), None)
+
+
+def write_failed(runs, error):
+    """The line that ends runs whose logs or videos could not be written: what failed, the last good checkpoints and
+    the command that continues from them (ppo_continuous_action_seeds.py: several runs, one command)."""
+    text, folders = str(error), " ".join(run.folder for run in runs)
+    what = f"the TensorBoard log in {folders}" if isinstance(error, LogWriteError) else f"in {folders}"
+    for run in runs:
+        what = f"a video in {run.video_folder}" if run.video_folder in text or "MoviePy" in text else what
+        run.close_after_failure()
+    paths = [run.checkpoints.path for run in runs]
+    hint = "start the run again once there is room"
+    if all(os.path.exists(path) for path in paths):
+        command = runs[0].resume_command() if len(runs) == 1 else resume_command(os.path.basename(sys.argv[0]), paths, 1, 1)
+        hint = f"the last good checkpoint: {' '.join(paths)}; once there is room, continue with: {command}"
+    return f"could not write {what} ({disk_trouble(error)}); {hint}"
+
+
+def lock_run_folder(folder, resume):
+    """Locks the run folder for this process (flock on the folder itself: the lock goes when the process ends, however
+    it ends, and leaves no file); ArgError where another process holds it (a run that writes in it, or another --resume
+    of its checkpoint) or the folder cannot be written. Returns the folder's descriptor, which holds the lock."""
+    lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        raise ArgError(
+            f"--resume {resume}: another process is training this run now (it holds the run folder {folder}); let it "
+            "finish or stop it (its checkpoint is then the one to resume)"
+        ) from None
+    try:
+        tempfile.TemporaryFile(dir=folder).close()  # a file with no name, gone when closed
+    except OSError as e:
+        os.close(lock)
+        raise ArgError(
+            f"--resume {resume}: cannot write in its run folder {folder} ({e.strerror}); make it writable, or copy the "
+            "run folder to where you can write and resume the agent.pt in the copy"
+        ) from None
+    return lock
+
+
+def new_name(path):
+    """`path`, or where it exists path-2, path-3, ...: a folder no earlier session wrote."""
+    name, k = path, 1
+    while os.path.lexists(name):
+        k += 1
+        name = f"{path}-{k}"
+    return name
 
 
 def run_folder(args, resumed, rank, world_size):

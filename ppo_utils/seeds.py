@@ -8,7 +8,8 @@ from dataclasses import fields, replace
 
 import torch
 
-from .checkpoints import Update, numpy_state_loaded, numpy_state_saved, optimizer_in_current_order, resume_flags
+from .checkpoints import Update, check_restorable, numpy_state_loaded, numpy_state_saved, optimizer_in_current_order
+from .checkpoints import resume_flags
 from .distributed import launched_processes
 from .env_adapters import env_statistics, set_env_statistics
 from .flag_checks import ArgError
@@ -95,9 +96,13 @@ def agent_state(envs, agent, shufflers, generators, num_envs):
     return {"rng": rng, "env_stats": stats}
 
 
-def restore_agents(checkpoints, agents, optimizers, envs, shufflers, generators):
+def restore_agents(paths, checkpoints, agents, optimizers, envs, shufflers, generators):
     """--resume: loads each checkpoint's parameters, optimizer and random streams into its agent, and the M1/M3
-    statistics of all of them into the envs' rows. Returns each agent's Update."""
+    statistics of all of them into the envs' rows, once every checkpoint is checked against its agent. Returns each
+    agent's Update."""
+    for i, (path, checkpoint, agent, optimizer) in enumerate(zip(paths, checkpoints, agents, optimizers)):
+        own_stats = agent_state(envs, i, shufflers, generators, envs.num_envs // len(agents))["env_stats"]
+        check_restorable(checkpoint, "--resume", path, agent, optimizer, own_stats)
     for checkpoint, agent, optimizer, shuffler, generator in zip(checkpoints, agents, optimizers, shufflers, generators):
         agent.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(optimizer_in_current_order(checkpoint["optimizer"], checkpoint["model"], agent))

@@ -7,6 +7,8 @@ import glob
 import importlib.util
 import itertools
 import os
+import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -256,17 +258,25 @@ def test_a_resumed_run_writes_in_its_checkpoints_folder_from_anywhere(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("moviepy") is None, reason="needs moviepy (in requirements.txt)")
-def test_a_resumed_run_keeps_the_first_sessions_videos(tmp_path, monkeypatch):
+def test_a_resumed_run_never_overwrites_an_earlier_sessions_videos(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = cont.Args(**{**PENDULUM, "env_id": "InvertedPendulum-v5"}, total_timesteps=64 * 2, capture_video=True)
     cont.train(args, stop_in_first_rollout(monkeypatch))
     (folder,) = glob.glob("runs/*")
-    first = {path: os.path.getmtime(path) for path in glob.glob(f"{folder}/videos/*.mp4")}
-    assert first, os.listdir(folder)
-    cont.train(cont.Args(resume=f"{folder}/agent.pt"))
-    assert {path: os.path.getmtime(path) for path in glob.glob(f"{folder}/videos/*.mp4")} == first
-    assert glob.glob(f"{folder}/videos-from-step-0/*.mp4")  # the resumed session's, beside them
-    assert sorted(os.listdir(".")) == ["runs"]
+    shutil.copy(f"{folder}/agent.pt", "stopped.pt")
+
+    def videos(session):
+        return {path: os.path.getmtime(path) for path in glob.glob(f"{folder}/{session}/*.mp4")}
+
+    written = {}
+    for session in ("videos", "videos-from-step-0", "videos-from-step-0-2"):  # the run, then two resumes of its stop
+        if session != "videos":
+            shutil.copy("stopped.pt", f"{folder}/agent.pt")
+            cont.train(cont.Args(resume=f"{folder}/agent.pt"))
+        written[session] = videos(session)
+        assert written[session], os.listdir(folder)
+    assert {session: videos(session) for session in written} == written  # none overwritten by a later session
+    assert sorted(os.listdir(".")) == ["runs", "stopped.pt"]
 
 
 @pytest.mark.slow
@@ -302,3 +312,241 @@ def test_ctrl_c_with_async_envs_says_stopping_once(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and err.count("stopping") == 1, err[-2000:]
     assert "stopped by a signal; continue with:" in out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# checkpoints changed after they were written: each refused in one line before anything is written
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A run folder holding the checkpoint of a Pendulum run's first update (of two)."""
+    work = tmp_path_factory.mktemp("saved")
+    os.chdir(work)
+    try:
+        cont.train(cont.Args(**PENDULUM, total_timesteps=128, checkpoint_interval=1), StopAfter(iteration=1))
+    finally:
+        os.chdir(ROOT)
+    (path,) = glob.glob(str(work / "runs" / "*" / "agent.pt"))
+    return path
+
+
+class StopAfter(list):
+    """stop_signals that read as non-empty (a signal came) from the first env step after update `iteration`."""
+
+    def __init__(self, iteration):
+        super().__init__()
+        self.iteration, self.steps = iteration, 0
+
+    def __bool__(self):
+        self.steps += 1
+        return self.steps > self.iteration * PENDULUM["num_steps"]
+
+
+def edited(checkpoint):
+    """Hand edits of a checkpoint of PENDULUM's first update, as a user or a damaged disk might make them."""
+    edits = {
+        "other env": lambda c: c["args"].update(env_id="MountainCarContinuous-v0"),
+        "model key removed": lambda c: c["model"].pop("actor_logstd"),
+        "env statistics None": lambda c: c["env_stats"].update(obs_rms=None),
+        "garbage rng": lambda c: c["rng"].update(torch=torch.zeros(5, dtype=torch.uint8)),
+        "no optimizer": lambda c: c.update(optimizer={}),
+        "empty optimizer state": lambda c: c["optimizer"].update(state={}),
+        "num_envs a string": lambda c: c["args"].update(num_envs="1"),
+        "num_envs 0": lambda c: c["args"].update(num_envs=0),
+        "iteration -5": lambda c: c.update(iteration=-5),
+        "step of another update": lambda c: c.update(global_step=640),
+        "flag missing": lambda c: c["args"].pop("gae_lambda"),
+        "bad exp name": lambda c: c["args"].update(exp_name="../../pwned"),
+    }
+    return edits[checkpoint]
+
+
+DAMAGED = [
+    ("other env", "holds a network whose critic_body.0.weight is (64, 3), where one for its flags (--env-id "
+                  "MountainCarContinuous-v0) is (64, 2)"),
+    ("model key removed", "holds a model of another network (lacking actor_logstd)"),
+    ("env statistics None", "holds no obs_rms statistics of the kind its flags keep"),
+    ("garbage rng", "holds random number generator states that cannot be restored"),
+    ("no optimizer", "holds an optimizer state that is not one of this network's"),
+    ("empty optimizer state", "holds Adam's moments for 0 of 13 parameters after update 1"),
+    ("num_envs a string", "holds --num-envs '1', which is not int"),
+    ("num_envs 0", "holds flags this script refuses: --num-envs 0:"),
+    ("iteration -5", "holds iteration -5, which no run reaches"),
+    ("step of another update", "holds step 640 after update 1"),
+    ("flag missing", "was written by another version of ppo_continuous_action.py, without --gae-lambda"),
+    ("bad exp name", "holds flags this script refuses: --exp-name '../../pwned': pass one folder name"),
+]  # fmt: skip
+EVAL_UNCHECKED = {"step of another update", "num_envs 0", "no optimizer", "empty optimizer state"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--resume", "--eval-checkpoint"])
+@pytest.mark.parametrize("case,line", DAMAGED, ids=[case for case, _ in DAMAGED])
+def test_a_changed_checkpoint_is_one_line_and_leaves_its_run_folder_as_it_was(
+    saved_run, tmp_path, monkeypatch, capsys, flag, case, line
+):
+    if flag == "--eval-checkpoint" and case in EVAL_UNCHECKED:
+        pytest.skip("an evaluation plays one env, counts no steps and restores no optimizer")
+    folder = tmp_path / "runs" / "Pendulum-v1__ppo_continuous_action__1__7"
+    folder.parent.mkdir()
+    checkpoint = torch.load(saved_run, weights_only=True)
+    edited(case)(checkpoint)
+    torch.save(checkpoint | {"run_name": folder.name}, folder.parent / "agent.pt")
+    folder.mkdir()
+    os.replace(folder.parent / "agent.pt", folder / "agent.pt")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo_continuous_action.py", flag, str(folder / "agent.pt")])
+    before = left_on_disk(tmp_path)
+    args = cont.Args(**{flag[2:].replace("-", "_"): str(folder / "agent.pt")})
+    with pytest.raises(SystemExit) as end:
+        ppo_run.main(args, cont.train, cont.make_envs, cont.Agent)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert end.value.code == 1 and len(lines) == 1 and line in lines[0], lines
+    assert lines[0].startswith(f"error: {flag} {folder / 'agent.pt'}") and left_on_disk(tmp_path) == before
+
+
+def test_the_unchanged_checkpoint_of_that_table_resumes(saved_run, tmp_path, monkeypatch):
+    """The control of the table above: its checkpoint, unedited, resumes and finishes the run."""
+    monkeypatch.chdir(tmp_path)
+    checkpoint = torch.load(saved_run, weights_only=True)
+    assert checkpoint["iteration"] == 1
+    result = cont.train(cont.Args(resume=saved_run))
+    assert torch.load(saved_run, weights_only=True)["iteration"] == 2 and result["run_name"] == checkpoint["run_name"]
+
+
+def test_a_flag_typed_with_resume_is_refused_whatever_its_value(saved_run, tmp_path, monkeypatch, capsys):
+    """--learning-rate 0.0003 is the default: only the command line tells that the user asked for it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo_continuous_action.py", "--resume", saved_run, "--learning-rate", "0.0003"])
+    with pytest.raises(SystemExit) as end:
+        ppo_run.main(cont.Args(resume=saved_run, learning_rate=0.0003), cont.train, cont.make_envs, cont.Agent)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert end.value.code == 1 and lines == ["error: --resume continues the run with its own flags; drop --learning-rate"]
+    for typed in (["--no-anneal-lr"], ["--seed=1"], ["--num_envs", "1"]):  # tyro's other spellings of a flag
+        monkeypatch.setattr(ppo_run.checkpoints, "COMMAND_LINE", ["--resume", saved_run, *typed])
+        with pytest.raises(checkpoints.ArgError, match="drop --(anneal-lr|seed|num-envs)$"):
+            checkpoints.resume_flags(cont.Args(resume=saved_run))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["device", "plain pickle", "dangling runs link"])
+def test_messages_name_what_the_user_gave(tmp_path, case):
+    (tmp_path / "work").mkdir()
+    flags, line = ["--resume", "/dev/null"], "error: --resume /dev/null: not a regular file (a device or a pipe); "
+    if case == "plain pickle":
+        (tmp_path / "work" / "plain.pkl").write_bytes(pickle.dumps({"a": 1}, protocol=4))  # torch warns about protocol 4
+        flags, line = ["--resume", "plain.pkl"], "error: --resume plain.pkl is not a readable checkpoint (UnpicklingError)"
+    if case == "dangling runs link":
+        os.symlink(tmp_path / "gone", tmp_path / "work" / "runs")
+        flags = ["--total-timesteps", "2048"]
+        line = f"error: runs in {tmp_path / 'work'} is a link to {tmp_path / 'gone'}, which does not exist"
+    before = left_on_disk(tmp_path)
+    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith(line), result.stderr[-2000:]
+    assert left_on_disk(tmp_path) == before
+
+
+@pytest.mark.slow
+def test_a_run_folder_takes_one_process_at_a_time_and_a_killed_ones_lock_goes_with_it(saved_run, tmp_path):
+    """Two --resume of one checkpoint at once: the second is refused in one line and writes nothing; once the first is
+    killed (SIGKILL: no handler runs), its lock is gone and the run resumes."""
+    folder = tmp_path / "runs" / os.path.basename(os.path.dirname(saved_run))
+    folder.mkdir(parents=True)
+    checkpoint = torch.load(saved_run, weights_only=True)
+    checkpoint["args"]["total_timesteps"] = 10**8  # a run that goes on until it is killed
+    torch.save(checkpoint, folder / "agent.pt")
+    path = str(folder / "agent.pt")
+
+    def resume():
+        command = [sys.executable, str(ROOT / "ppo_continuous_action.py"), "--resume", path]
+        process = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        first_line = process.stdout.readline()
+        return process, first_line
+
+    first, started = resume()
+    try:
+        assert started.startswith("resumed "), started
+        before = left_on_disk(folder)
+        second = run_script("ppo_continuous_action", "--resume", path, cwd=tmp_path, timeout=120)
+        assert second.returncode == 1 and second.stderr.strip().splitlines() == [
+            f"error: --resume {path}: another process is training this run now (it holds the run folder {folder}); "
+            "let it finish or stop it (its checkpoint is then the one to resume)"
+        ]
+        assert left_on_disk(folder) == before
+    finally:
+        first.kill()
+        first.communicate()
+    third, started = resume()
+    third.kill()
+    third.communicate()
+    assert started.startswith("resumed "), started
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A file system of a few KB, mounted at tmp_path/disk (a tmpfs): mount(size) makes it, its writes fail with ENOSPC
+    once it is full, and remount_read_only() makes it refuse every write."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = []
+
+    def mount(size):
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True)
+        if result.returncode != 0:
+            pytest.skip(f"needs mount -t tmpfs (root, where the container allows it) to fill a disk: {result.stderr!r}")
+        mounted.append(disk)
+        return disk
+
+    def remount_read_only():
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+
+    yield SimpleNamespace(mount=mount, remount_read_only=remount_read_only)
+    for path in mounted:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+FULL_DISK = [  # (env, flags, disk size, the line's start)
+    ("Pendulum-v1", ["--total-timesteps", "25600", "--update-epochs", "1"], "24k",
+     "error: could not write the TensorBoard log in runs/Pendulum-v1__ppo_continuous_action__1__"),
+    ("Pendulum-v1", ["--total-timesteps", "640", "--checkpoint-interval", "1"], "64k",
+     "error: could not write the checkpoint runs/Pendulum-v1__ppo_continuous_action__1__"),
+    ("HalfCheetah-v5", ["--num-steps", "1024", "--total-timesteps", "2048", "--update-epochs", "1", "--capture-video"],
+     "96k", "error: could not write a video in runs/HalfCheetah-v5__ppo_continuous_action__1__"),
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id,flags,size,line", FULL_DISK, ids=["events", "first checkpoint", "video"])
+def test_a_disk_that_fills_under_the_logs_is_one_line_and_leaves_no_broken_file(small_disk, env_id, flags, size, line):
+    """Made real: the run works on a tmpfs of a few KB. TensorBoard's writer thread, torch.save and ffmpeg each meet
+    ENOSPC in their own way; the user reads one line naming what failed and the disk's reason."""
+    if "--capture-video" in flags and importlib.util.find_spec("moviepy") is None:
+        pytest.skip("needs moviepy (in requirements.txt)")
+    disk = small_disk.mount(size)
+    flags = ["--env-id", env_id, "--num-steps", "64", "--num-minibatches", "2", "--no-compile", *flags]
+    result = run_script("ppo_continuous_action", *flags, cwd=disk, timeout=300)
+    lines = [text for text in result.stderr.strip().splitlines() if "settotalmass" not in text and text]  # MuJoCo's own
+    assert result.returncode == 1 and len(lines) == 1 and lines[0].startswith(line), result.stderr[-3000:]
+    written = "none was written before; " if "checkpoint" in line else ""
+    assert lines[0].endswith(f"(No space left on device); {written}start the run again once there is room"), lines[0]
+    (folder,) = glob.glob(str(disk / "runs" / "*"))
+    assert not glob.glob(f"{folder}/*.tmp") and not glob.glob(f"{folder}/agent.pt")
+    for video in glob.glob(f"{folder}/videos/*.mp4"):
+        with open(video, "rb") as f:
+            assert b"moov" in f.read(), f"{video} was left unfinished"
+
+
+@pytest.mark.slow
+def test_a_read_only_run_folder_is_one_line(saved_run, small_disk):
+    disk = small_disk.mount("1m")
+    folder = disk / "runs" / os.path.basename(os.path.dirname(saved_run))
+    shutil.copytree(os.path.dirname(saved_run), folder)
+    small_disk.remount_read_only()
+    result = run_script("ppo_continuous_action", "--resume", str(folder / "agent.pt"), cwd=disk.parent, timeout=120)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        f"error: --resume {folder / 'agent.pt'}: cannot write in its run folder {folder} (Read-only file system); make "
+        "it writable, or copy the run folder to where you can write and resume the agent.pt in the copy"
+    ]

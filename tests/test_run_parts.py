@@ -61,6 +61,8 @@ def test_checkpoints_save_the_kept_state_not_what_came_after(tmp_path, monkeypat
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1")])
     agent = torch.nn.Linear(3, 1)
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
+    agent(torch.ones(3)).sum().backward()
+    optimizer.step()  # Adam's moments, which a checkpoint after updates holds
     parts = checkpoints.Checkpoints(args, "runs/run", rank=0, world_size=1)
     (tmp_path / "runs" / "run").mkdir(parents=True)  # the run's TensorBoard writer makes it in a run
     torch.manual_seed(0)
