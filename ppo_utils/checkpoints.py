@@ -14,6 +14,7 @@ import types
 import typing
 import warnings
 from dataclasses import asdict, fields, replace
+from glob import escape as glob_escape
 from glob import glob
 from typing import Literal, NamedTuple
 
@@ -292,8 +293,8 @@ def resume_command(script, path, world_size, local_world_size):
     if world_size == 1:
         return f"python {words}"
     nodes = world_size // local_world_size
-    if nodes == 1:
-        return f"torchrun --nproc-per-node {world_size} {words}"
+    if nodes == 1:  # --standalone: its own rendezvous on a free port (two jobs on one machine would meet on 29500)
+        return f"torchrun --standalone --nproc-per-node {world_size} {words}"
     return (
         f"torchrun --nnodes {nodes} --nproc-per-node {local_world_size} --rdzv-backend c10d --rdzv-endpoint HOST:29400 "
         f"{words} (on each machine; HOST: the first one)"
@@ -306,16 +307,21 @@ def resume_flags(args, world_size=None):
     set to another value than its default), or another number of processes (X2: the schedules and the step budget count
     updates of all processes), is refused with an ArgError, as are flags and counters in the checkpoint that no run of
     this script could have written."""
-    if not args.resume:
+    restart = restarted_job_checkpoint(args)  # X2: torchrun restarted the job's workers: its run goes on
+    if not args.resume and not restart:
         return args, None
     world_size = world_size or launched_processes()
-    resumed = load_checkpoint(args.resume, "--resume", args)
+    resumed = load_checkpoint(args.resume or restart, "--resume", args)
     default = type(args)()
     typed = typed_flags(args)
-    changed = [f.name for f in fields(args) if f.name in typed or getattr(args, f.name) != getattr(default, f.name)]
-    changed.remove("resume")
-    if changed:
+    changed = [
+        f.name
+        for f in fields(args)
+        if f.name != "resume" and (f.name in typed or getattr(args, f.name) != getattr(default, f.name))
+    ]
+    if changed and not restart:  # a restarted job's flags are those it was launched with, which its checkpoint holds
         raise ArgError(f"--resume continues the run with its own flags; drop {flag_names(changed)}")
+    args = replace(args, resume=args.resume or restart)
     saved = resumed.get("world_size", 1), resumed.get("local_world_size", 1)
     if saved[0] != world_size:
         processes = f"{saved[0]} process{'es' if saved[0] > 1 else ''}"
@@ -343,6 +349,29 @@ def checked_saved_flags(args, flag, path, world_size=None):
         check_args(args, world_size)
     except ArgError as e:
         raise ArgError(f"{flag} {path} holds flags this script refuses: {e}") from None
+
+
+def restarted_job_checkpoint(args):
+    """X2: torchrun --max-restarts restarts a job's workers when one of them dies; the restarted workers continue from
+    the last checkpoint their run wrote, found by the job's id (torchrun's --rdzv-id: a new one per --standalone job,
+    the same across its restarts), so that the job loses at most the updates since. None on a first start, where the
+    job has no id of its own, or where its run wrote no checkpoint yet (the workers then start it again). A job that
+    was itself a --resume continues from its checkpoint, which its run has written over since."""
+    job = os.environ.get("TORCHELASTIC_RUN_ID")
+    if args.resume or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0 or job in (None, "none"):
+        return None
+    name = f"{run_name_part(args.env_id)}__{args.exp_name}__{args.seed}__"
+    for path in sorted(glob(os.path.join("runs", glob_escape(name) + "*", "agent.pt")), key=os.path.getmtime, reverse=True):
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # another run's file, cut or foreign: not this job's
+            continue
+        if isinstance(saved, dict) and saved.get("torchrun_job") == job:
+            if int(os.environ.get("RANK", 0)) == 0:
+                restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
+                print(f"torchrun restarted the workers (restart {restart}): the run continues from {path}", flush=True)
+            return path
+    return None
 
 
 COMMAND_LINE = []  # the words after the script's name, where main() runs it from a command line (not a test or notebook)
@@ -444,6 +473,7 @@ class Checkpoints:
                 "wandb_id": wandb_id,
                 "world_size": self.world_size,  # X2: a resumed run must have as many processes
                 "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+                "torchrun_job": os.environ.get("TORCHELASTIC_RUN_ID") if self.world_size > 1 else None,  # its restarts
             },
         )
 

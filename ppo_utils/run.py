@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 from collections import deque
 from dataclasses import asdict
@@ -81,8 +82,38 @@ def run_or_say_why(args, train, make_envs, Agent):
             raise
         print(f"error: {write_failed(list(Run.active), e)}", file=sys.stderr)
         sys.exit(1)
+    except RuntimeError as e:  # X2: a collective of the process group failed: another process of the job is gone
+        if int(os.environ.get("WORLD_SIZE", 1)) == 1 or not Run.active or not from_collective(e):
+            raise
+        print(f"error: {process_lost(Run.active[0], e)}", file=sys.stderr, flush=True)
+        os._exit(1)  # the process group cannot close: its peer is gone
     except KeyboardInterrupt:  # Ctrl-C while evaluating
         sys.exit(130)
+
+
+def from_collective(error):
+    """Whether `error` was raised inside torch.distributed (gloo's lost connection, NCCL's error)."""
+    return any(f"torch{os.sep}distributed" in frame.filename for frame in traceback.extract_tb(error.__traceback__))
+
+
+def process_lost(run, error):
+    """The line a surviving process of a torchrun job ends with when another one is gone (killed, out of memory): the
+    last checkpoint and how the run goes on from it (torchrun restarts the workers where --max-restarts allows, and
+    they continue from it by themselves; otherwise the command that continues it). Rank 0's logs are flushed first."""
+    try:
+        run.log.writer.flush()
+    except Exception:  # not rank 0 (no writer), or the log's disk is the trouble too
+        pass
+    reason = str(error).split("] ")[-1].split(". ")[0]  # gloo: "Read error [127.0.0.1]:35497: Connection reset by peer"
+    restarts_left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", 0)) - int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if not os.path.exists(run.checkpoints.path):
+        then = "torchrun restarts the workers, which start the run again" if restarts_left > 0 else "start the job again"
+        return (f"another process of this torchrun job ended ({reason}); no checkpoint was written yet (--checkpoint-interval "
+                f"N writes one every N updates); {then}")  # fmt: skip
+    then = f"continue with: {run.resume_command()}"
+    if restarts_left > 0:
+        then = "torchrun restarts the workers (--max-restarts), which continue from it by themselves"
+    return f"another process of this torchrun job ended ({reason}); the last checkpoint: {run.checkpoints.path}; {then}"
 
 
 def stop_on_signals():

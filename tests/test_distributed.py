@@ -189,12 +189,12 @@ def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     checkpoint = torch.load(tmp_path / path, weights_only=True)
     assert 1 <= checkpoint["iteration"] < 100 and checkpoint["world_size"] == 2, err[-2000:]
     assert out.count("stopped by a signal") == 1, out + err[-2000:]
-    assert f"continue with: torchrun --nproc-per-node 2 {ROOT / 'ppo_continuous_action.py'} --resume {path}" in out
+    assert f"continue with: torchrun --standalone --nproc-per-node 2 {ROOT / 'ppo_continuous_action.py'} --resume {path}" in out
 
     single = subprocess.run([sys.executable, str(ROOT / "ppo_continuous_action.py"), "--resume", path], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert single.returncode == 1 and single.stderr.count("\n") == 1, single.stderr
-    assert "continues a run of 2 processes, not 1" in single.stderr and "torchrun --nproc-per-node 2" in single.stderr
+    assert "continues a run of 2 processes, not 1" in single.stderr and "torchrun --standalone --nproc-per-node 2" in single.stderr
 
     resumed = subprocess.run(torchrun("--resume", path), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -225,7 +225,7 @@ def test_ctrl_c_in_a_long_rollout_under_torchrun_saves_before_torchrun_kills(tmp
     assert proc.poll() is None, f"the run ended before the signal (exit {proc.returncode}): {proc.communicate()[1][-3000:]}"
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert "stopped by a signal; continue with: torchrun --nproc-per-node 2" in out, err[-3000:]
+    assert "stopped by a signal; continue with: torchrun --standalone --nproc-per-node 2" in out, err[-3000:]
     (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
     assert torch.load(path, weights_only=True)["iteration"] == 1
 
@@ -386,3 +386,70 @@ def test_ranks_agree_on_the_statistics_of_all_ranks(tmp_path):
         assert torch.equal(stats[0][key]["var"], stats[1][key]["var"]), key
         np.testing.assert_allclose(stats[0][key]["mean"].numpy(), values.mean(0), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(stats[0][key]["var"].numpy(), values.var(0), rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# a worker that dies: torchrun's restarts continue the run from its last checkpoint; without them, the survivor says how
+
+
+def worker_of_rank(launcher_pid, rank):
+    """The pid of torchrun's worker of `rank` (a child of the launcher whose environment holds RANK=rank)."""
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(stat.replace("stat", "environ"), "rb") as f:
+                environ = f.read().split(b"\0")
+        except OSError:  # a process that ended meanwhile
+            continue
+        if parent == launcher_pid and f"RANK={rank}".encode() in environ:
+            return int(stat.split("/")[2])
+    return None
+
+
+def kill_a_worker_after(tmp_path, restarts, iteration=5, updates=60):
+    """A torchrun job (--standalone, 2 workers, a checkpoint every update) whose rank-1 worker is killed (SIGKILL: no
+    handler runs) once the run has checkpointed `iteration`; returns (exit code, stdout, stderr, run folder)."""
+    flags = [*PENDULUM, "--no-compile", "--total-timesteps", str(2 * 128 * updates), "--checkpoint-interval", "1"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts",
+               str(restarts), str(ROOT / "ppo_continuous_action.py"), *flags]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline, reached = time.time() + 180, 0
+    while reached < iteration and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+        for path in glob.glob(str(tmp_path / "runs" / "*" / "agent.pt")):
+            try:
+                reached = torch.load(path, weights_only=True)["iteration"]
+            except Exception:  # replaced while read
+                pass
+    assert proc.poll() is None and reached >= iteration, f"the job ended or stalled: {proc.communicate()[1][-3000:]}"
+    os.kill(worker_of_rank(proc.pid, 1), signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    (folder,) = glob.glob(str(tmp_path / "runs" / "*"))
+    return proc.returncode, out, err, folder
+
+
+@pytest.mark.slow
+def test_a_job_with_restarts_survives_a_killed_worker_and_logs_each_step_once(tmp_path):
+    """torchrun --max-restarts 1: the killed worker's group is restarted and continues from the run's last checkpoint,
+    in the same run folder, to the step budget: TensorBoard's steps go on without gap or repeat."""
+    code, out, err, folder = kill_a_worker_after(tmp_path, restarts=1)
+    assert code == 0, err[-3000:]
+    assert "torchrun restarts the workers (--max-restarts), which continue from it by themselves" in err
+    assert "torchrun restarted the workers (restart 1): the run continues from runs/" in out
+    assert [step for step, _ in read_scalars(folder, "charts/SPS")] == [256 * k for k in range(1, 61)]
+    assert torch.load(os.path.join(folder, "agent.pt"), weights_only=True)["iteration"] == 60
+
+
+@pytest.mark.slow
+def test_without_restarts_the_surviving_worker_names_the_checkpoint_and_the_command(tmp_path):
+    code, out, err, folder = kill_a_worker_after(tmp_path, restarts=0)
+    path = os.path.join(os.path.relpath(folder, tmp_path), "agent.pt")
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code != 0 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("error: another process of this torchrun job ended (") and lines[0].endswith(
+        f"; the last checkpoint: {path}; continue with: torchrun --standalone --nproc-per-node 2 "
+        f"{ROOT / 'ppo_continuous_action.py'} --resume {path}"
+    )
+    assert "[rank0]: Traceback" not in err  # the survivor's own traceback; torchrun's report of the dead worker stays

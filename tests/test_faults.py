@@ -206,7 +206,7 @@ def test_the_resume_command_is_quoted_and_names_the_script_as_started(monkeypatc
     command = checkpoints.resume_command("ppo_continuous_action.py", "runs/Hopper-v5__my run__1__7/agent.pt", 1, 1)
     assert command == "python ../ppo/ppo_continuous_action.py --resume 'runs/Hopper-v5__my run__1__7/agent.pt'"
     command = checkpoints.resume_command("ppo_continuous_action.py", "runs/a b/agent.pt", 2, 2)
-    assert command == "torchrun --nproc-per-node 2 ../ppo/ppo_continuous_action.py --resume 'runs/a b/agent.pt'"
+    assert command == "torchrun --standalone --nproc-per-node 2 ../ppo/ppo_continuous_action.py --resume 'runs/a b/agent.pt'"
 
 
 def test_a_budget_that_is_not_whole_updates_says_what_it_trains(tmp_path, monkeypatch, capsys):

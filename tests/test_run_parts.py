@@ -25,7 +25,7 @@ def test_resume_flags_takes_the_checkpoints_flags_and_refuses_others(tmp_path):
     with pytest.raises(ArgError, match=r"^--resume continues the run with its own flags; drop --seed --num-envs$"):
         checkpoints.resume_flags(cont.Args(resume=path, seed=3, num_envs=4), world_size=2)
     # a run of 2 processes continues with 2: the message gives the torchrun command
-    with pytest.raises(ArgError, match=r"continues a run of 2 processes, not 1; .*torchrun --nproc-per-node 2 "):
+    with pytest.raises(ArgError, match=r"continues a run of 2 processes, not 1; .*torchrun --standalone --nproc-per-node 2 "):
         checkpoints.resume_flags(cont.Args(resume=path), world_size=1)
     assert checkpoints.resume_flags(cont.Args(seed=3), world_size=1) == (cont.Args(seed=3), None)
 
