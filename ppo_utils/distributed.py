@@ -55,13 +55,27 @@ def distributed_setup(cuda):
     if world_size > 1 and not dist.is_initialized():
         backend = "nccl" if use_cuda else "gloo"
         try:
-            dist.init_process_group(backend, rank=rank, world_size=world_size)
+            dist.init_process_group(backend, rank=rank, world_size=world_size, store=workers_start_store(rank, world_size))
         except Exception as e:
             raise ArgError(
                 f"torchrun: the {backend} backend did not start ({type(e).__name__}: {e}); check --nnodes, --node-rank and "
                 "--rdzv-endpoint"
             ) from None
     return rank, world_size, device
+
+
+def workers_start_store(rank, world_size):
+    """X2: the store the process group meets on. torchrun restarts a job's workers (--max-restarts, after one died) on
+    the store of its first start, where the first workers' gloo addresses still stand: the restarted workers would
+    wait on a dead peer, or be refused (seen with torch 2.13 in most restarts). Each start of the workers keeps its keys
+    under a prefix of its own (torchrun's TORCHELASTIC_RESTART_COUNT). None (torch's env:// store) without torchrun."""
+    start = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if start is None:
+        return None
+    hosted_by_torchrun = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # else rank 0 hosts it, as env:// does
+    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    store = dist.TCPStore(address, port, world_size, is_master=rank == 0 and not hosted_by_torchrun)
+    return dist.PrefixStore(f"ppo_workers_start_{start}", store)
 
 
 def all_ranks_mean(tensor, world_size):

@@ -273,6 +273,8 @@ class Run:
         """A run that ends before it starts (a checkpoint or wandb refused): its folder as it was before (a new run's
         removed, a resumed session's empty video folder too)."""
         Run.active.remove(self)
+        if self.lock is not None:
+            os.close(self.lock)
         if self.rank == 0 and os.path.isdir(self.video_folder) and not os.listdir(self.video_folder):
             os.rmdir(self.video_folder)
         if self.rank == 0 and not self.resumed and os.path.isdir(self.folder):

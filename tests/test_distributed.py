@@ -189,12 +189,14 @@ def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     checkpoint = torch.load(tmp_path / path, weights_only=True)
     assert 1 <= checkpoint["iteration"] < 100 and checkpoint["world_size"] == 2, err[-2000:]
     assert out.count("stopped by a signal") == 1, out + err[-2000:]
-    assert f"continue with: torchrun --standalone --nproc-per-node 2 {ROOT / 'ppo_continuous_action.py'} --resume {path}" in out
+    script = ROOT / "ppo_continuous_action.py"
+    assert f"continue with: torchrun --standalone --nproc-per-node 2 {script} --resume {path}" in out
 
     single = subprocess.run([sys.executable, str(ROOT / "ppo_continuous_action.py"), "--resume", path], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert single.returncode == 1 and single.stderr.count("\n") == 1, single.stderr
-    assert "continues a run of 2 processes, not 1" in single.stderr and "torchrun --standalone --nproc-per-node 2" in single.stderr
+    assert "continues a run of 2 processes, not 1" in single.stderr
+    assert "torchrun --standalone --nproc-per-node 2" in single.stderr
 
     resumed = subprocess.run(torchrun("--resume", path), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -414,7 +416,7 @@ def kill_a_worker_after(tmp_path, restarts, iteration=5, updates=60):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts",
                str(restarts), str(ROOT / "ppo_continuous_action.py"), *flags]  # fmt: skip
     proc = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     deadline, reached = time.time() + 180, 0
     while reached < iteration and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
@@ -425,7 +427,12 @@ def kill_a_worker_after(tmp_path, restarts, iteration=5, updates=60):
                 pass
     assert proc.poll() is None and reached >= iteration, f"the job ended or stalled: {proc.communicate()[1][-3000:]}"
     os.kill(worker_of_rank(proc.pid, 1), signal.SIGKILL)
-    out, err = proc.communicate(timeout=300)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
+        out, err = proc.communicate()
+        pytest.fail(f"the job did not end within 120 s of the kill: {err[-3000:]}")
     (folder,) = glob.glob(str(tmp_path / "runs" / "*"))
     return proc.returncode, out, err, folder
 
