@@ -28,9 +28,7 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(CORES_EACH))  # read 
 torch.set_num_threads(CORES_EACH)
 
 ROOT = Path(__file__).resolve().parent.parent  # on pytest's path (pyproject.toml), so the scripts find ppo_utils
-# every script whose GAE and loss pieces the shared tests check; later scripts join this list
-SCRIPTS = [name for name in ("ppo_continuous_action", "ppo_atari", "ppo_rnn") if (ROOT / f"{name}.py").exists()]
-FEED_FORWARD = [name for name in SCRIPTS if name != "ppo_rnn"]
+
 
 
 def pytest_collection_modifyitems(items):
@@ -46,6 +44,17 @@ def load_script(name):
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def training_scripts():
+    """The scripts the shared tests run, a researcher's copied and changed ppo_*.py included: each ppo_*.py whose
+    checkpoints name the script itself (Args.script). ppo_continuous_action_seeds.py, whose agents' checkpoints are
+    ppo_continuous_action.py's, is a variant with tests of its own (test_seeds.py)."""
+    return sorted(path.stem for path in ROOT.glob("ppo_*.py") if load_script(path.stem).Args.script == path.name)
+
+
+SCRIPTS = training_scripts()
+FEED_FORWARD = [name for name in SCRIPTS if not hasattr(load_script(name).Agent, "initial_state")]  # no memory (B2)
 
 
 def needs(*modules):
@@ -263,47 +272,3 @@ def contract_flags(script_name):
             if column in owners and cells[0] != "X2":  # X2 is a launcher (torchrun), not a flag
                 pairs += [(flag, cells[0]) for flag in re.findall(r"`--([a-z0-9-]+)", cells[2]) if flag != "envpool"]
     return pairs
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# the scripts' sizes against their targets, reported after every run of the suite
-
-
-LINE_TARGETS = {"ppo_continuous_action": 520, "ppo_atari": 560, "ppo_rnn": 560}  # lines of each script
-TRAIN_TARGET = 110  # lines of each train()
-DIFF_TARGETS = {("ppo_continuous_action", "ppo_atari"): 220, ("ppo_atari", "ppo_rnn"): 140,
-                ("ppo_continuous_action", "ppo_continuous_action_seeds"): 450}  # lines of diff -u A B
-
-
-def changed_lines(a, b):
-    """The count `diff -u A B | tail -n +3 | grep -c '^[-+]'` gives: lines deleted plus lines inserted. difflib's
-    unified_diff always turns on SequenceMatcher's autojunk, which leaves lines frequent in a file (blank lines,
-    closing brackets) unmatched and counts a few more than diff; without it the count is diff's."""
-    import difflib
-
-    matcher = difflib.SequenceMatcher(None, a.splitlines(keepends=True), b.splitlines(keepends=True), autojunk=False)
-    return sum((i2 - i1) + (j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
-
-
-def layout_report():
-    """One line per size with its target, "over" where it is missed."""
-    import ast
-
-    lines = []
-    for name, target in LINE_TARGETS.items():
-        text = (ROOT / f"{name}.py").read_text()
-        (train,) = [node for node in ast.parse(text).body if getattr(node, "name", None) == "train"]
-        sizes = [("lines", len(text.splitlines()), target), ("train()", train.end_lineno - train.lineno + 1, TRAIN_TARGET)]
-        for what, size, most in sizes:
-            lines.append(f"{name}.py {what}: {size} (target {most}){'  over' if size > most else ''}")
-    for (a, b), target in DIFF_TARGETS.items():
-        size = changed_lines((ROOT / f"{a}.py").read_text(), (ROOT / f"{b}.py").read_text())
-        lines.append(f"diff {a}.py {b}.py: {size} lines (target {target}){'  over' if size > target else ''}")
-    return lines
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not hasattr(terminalreporter.config, "workerinput"):  # the controller, once, not each xdist worker
-        terminalreporter.write_sep("-", "script sizes (a target missed is to read, not a failure)")
-        for line in layout_report():
-            terminalreporter.write_line(line)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from ppo_utils import compiled as compile_support
 import torch
-from conftest import ROOT, fixed_batch, load_script, make_agent
+from conftest import FEED_FORWARD, ROOT, SCRIPTS, fixed_batch, load_script, make_agent
 
 
 def run_update(script, agent, batch, args, compiled=False, fused=True):
@@ -64,7 +64,7 @@ def assert_same_update(first, second, atol, param_atol=None):
             torch.testing.assert_close(a, b, atol=param_atol, rtol=1e-4)
 
 
-@pytest.fixture(params=["ppo_continuous_action", "ppo_atari"])
+@pytest.fixture(params=FEED_FORWARD)
 def case(request):
     """(script, args, agent, batch): a batch of 256 samples, 2 epochs of 4 minibatches."""
     script = load_script(request.param)
@@ -174,7 +174,7 @@ def test_compile_without_a_compiler_runs_eagerly_with_a_warning(monkeypatch, cap
 @pytest.mark.parametrize(
     "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"))]
 )
-@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn"])
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_the_rollout_holds_what_the_env_gave_for_the_actions_taken(name, device, tmp_path, monkeypatch):
     """The rollout's storage (the observations copied to the device each step; the rewards and episode ends kept on
     the host until the rollout ends) against the plain reference: a fresh copy of the envs, reset with the run's seed
@@ -199,7 +199,7 @@ def test_the_rollout_holds_what_the_env_gave_for_the_actions_taken(name, device,
     envs.close()
 
 
-@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn"])
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_tf32_is_off_unless_asked(name, tmp_path, monkeypatch):
     """--tf32 sets both of torch's TF32 switches (matmuls and cuDNN's convolutions, whose own default is on); without
     it a run computes in float32 on a GPU as on a CPU."""

@@ -10,7 +10,7 @@ import pytest
 from ppo_utils import checkpoints
 from ppo_utils import compiled as compile_support
 import torch
-from conftest import SCRIPTS, fixed_batch, load_script, make_agent, run_script
+from conftest import FEED_FORWARD, SCRIPTS, fixed_batch, load_script, make_agent, run_script
 from test_fast_paths import assert_matches_float64, float64_twin
 from test_long_runs import SAVE_THEN_EVALUATE, STOP_REQUESTS, assert_same
 
@@ -74,7 +74,7 @@ def test_a_checkpoint_trained_on_cuda_evaluates_where_no_gpu_is_visible(tmp_path
     assert f"over {episodes} episodes" in evaluation.stdout
 
 
-@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari"])
+@pytest.mark.parametrize("name", FEED_FORWARD)
 def test_compiled_backward_on_cuda_gives_the_plain_gradients(name, monkeypatch):
     """test_fast_paths' check on one minibatch, on CUDA: the plain and the compiled backward each against float64, and
     against each other. cuDNN's convolutions run in TF32 by default (10-bit mantissas, ~1e-3 off float64), which would
