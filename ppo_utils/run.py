@@ -145,8 +145,9 @@ class RunLog:
     """What a run reports, on rank 0 (X2: the other ranks pass their episodes to it): TensorBoard scalars, wandb with
     --track (and its videos), the episodes that ended, the SPS and a progress line every 10 s."""
 
-    def __init__(self, args, folder, video_folder, rank, world_size, resumed=None):
+    def __init__(self, args, folder, video_folder, rank, world_size, resumed=None, stop_signals=()):
         self.args, self.video_folder, self.rank, self.world_size = args, video_folder, rank, world_size
+        self.stop_signals = stop_signals
         self.track = args.track and rank == 0
         self.wandb_id = None
         if self.track:
@@ -201,11 +202,13 @@ class RunLog:
             self.writer.add_scalar("charts/SPS", self.sps, global_step)
         except OSError as e:
             raise LogWriteError(e.errno, e.strerror) from None
-        if time.time() - self.last_print > 10 or global_step == self.last_step:
-            self.last_print = time.time()
+        if (time.time() - self.last_print > 10 or global_step == self.last_step) and not len(self.stop_signals):
+            self.last_print = time.time()  # (no line once a stop is asked: "stopping:" is the last word until it is done)
             mean_return = f"{np.mean(self.recent_returns):.1f}" if self.recent_returns else "n/a"
             recent = f"mean return (last {len(self.recent_returns)}) {mean_return}"
-            print(f"step {global_step}/{self.args.total_timesteps}  SPS {self.sps}  {recent}")
+            elapsed, left = time.time() - self.start_time, (self.last_step - global_step) / max(self.sps, 1)
+            timing = f"{clock(elapsed)} elapsed, {clock(left)} left" if global_step < self.last_step else f"{clock(elapsed)}"
+            print(f"step {global_step}/{self.args.total_timesteps}  SPS {self.sps}  {timing}  {recent}")
         if self.track and self.args.capture_video:
             self.videos_logged = log_videos(self.video_folder, self.videos_logged)
 
@@ -221,6 +224,12 @@ class RunLog:
             import wandb
 
             wandb.finish()
+
+
+def clock(seconds):
+    """A duration as h:mm:ss (the progress line's elapsed and left times)."""
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
 
 
 class Run:
@@ -244,7 +253,8 @@ class Run:
         self.checkpoints = Checkpoints(args, self.folder, rank, world_size)
         Run.active.append(self)
         trained = args.num_iterations * args.batch_size * world_size
-        if rank == 0 and trained != args.total_timesteps and not resumed:
+        chosen = "total_timesteps" in checkpoints.typed_flags(args) or args.total_timesteps != type(args)().total_timesteps
+        if rank == 0 and trained != args.total_timesteps and not resumed and chosen:  # not for a default the user left
             print(
                 f"note: --total-timesteps {args.total_timesteps} is not a whole number of updates of "
                 f"{args.batch_size * world_size} steps: the run trains {trained} ({args.num_iterations} updates)",
@@ -259,7 +269,9 @@ class Run:
         num_envs and close()."""
         self.agent, self.optimizer, self.envs, self.done, self.state = agent, optimizer, envs, done, state
         try:
-            self.log = RunLog(self.args, self.folder, self.video_folder, self.rank, self.world_size, self.resumed)
+            self.log = RunLog(
+                self.args, self.folder, self.video_folder, self.rank, self.world_size, self.resumed, self.stop_signals
+            )
         except ArgError:
             envs.close()
             self.abandon()

@@ -218,6 +218,18 @@ def test_a_budget_that_is_not_whole_updates_says_what_it_trains(tmp_path, monkey
     assert len(result["episodic_returns"]) == 0  # Pendulum's episodes are 200 steps: none ended in 64
 
 
+def test_a_default_budget_that_is_not_whole_updates_goes_without_a_note(tmp_path, monkeypatch, capsys):
+    """The continuous script's default 1M steps are 488 updates of 2048 (999,424 steps): the note is for a number the
+    user chose, typed on the command line or passed, not for the default every run would open with."""
+    monkeypatch.chdir(tmp_path)
+    for typed in ([], ["--total-timesteps", "1000000"]):
+        monkeypatch.setattr(ppo_run.checkpoints, "COMMAND_LINE", typed)
+        run = ppo_run.Run(cont.Args(), resumed=None, rank=0, world_size=1)
+        run.abandon()
+        noted = "note: --total-timesteps 1000000 is not a whole number of updates of 2048 steps: the run trains 999424"
+        assert (noted in capsys.readouterr().err) == bool(typed)
+
+
 def stop_in_first_rollout(monkeypatch):
     """A stop request that arrives at the first env step of the run (as SIGTERM would)."""
     stop = []

@@ -49,7 +49,27 @@ def test_runlog_writes_the_episodes_at_their_own_steps_and_the_scalars_at_the_up
     assert read_scalars(tmp_path / "runs" / "run", "charts/episodic_length") == [(4, 2.0)]
     assert read_scalars(tmp_path / "runs" / "run", "losses/value_loss") == [(4, 0.25)]
     assert read_scalars(tmp_path / "runs" / "run", "charts/SPS") == [(4, 2.0)]  # 4 steps in 2 s
-    assert log.episodic_returns == [5.0] and "step 4/4  SPS 2  mean return (last 1) 5.0" in capsys.readouterr().out
+    assert log.episodic_returns == [5.0] and "step 4/4  SPS 2  0:00:02  mean return (last 1) 5.0" in capsys.readouterr().out
+
+
+def test_the_progress_line_says_the_time_elapsed_and_left_and_nothing_once_a_stop_is_asked(tmp_path, monkeypatch, capsys):
+    """400 of 4000 steps in 100 s: 4 steps a second, so the 3600 left take 900 s. Once a stop signal has come (during
+    an update), the update's line is not printed: "stopping:" stays the last word until the run says it stopped."""
+    monkeypatch.chdir(tmp_path)
+    args = load_script("ppo_continuous_action").Args(total_timesteps=4000)
+    stop_signals = []
+    log = RunLog(args, "runs/run", None, rank=0, world_size=1, stop_signals=stop_signals)
+    now = [1000.0]
+    monkeypatch.setattr(ppo_run, "time", SimpleNamespace(time=lambda: now[0]))
+    log.start(num_envs=1, global_step=0, last_step=4000)
+    now[0] += 100.0
+    log.write(400, {})
+    assert capsys.readouterr().out == "step 400/4000  SPS 4  0:01:40 elapsed, 0:15:00 left  mean return (last 0) n/a\n"
+    stop_signals.append(15)
+    now[0] += 100.0
+    log.write(800, {})
+    log.close()
+    assert capsys.readouterr().out == ""
 
 
 def test_checkpoints_save_the_kept_state_not_what_came_after(tmp_path, monkeypatch):
