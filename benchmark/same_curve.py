@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from report import read_run  # beside this file
+from report_data import read_run  # beside this file
 
 
 def alike(a, b, column):

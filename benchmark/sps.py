@@ -19,13 +19,13 @@ training SPS (the run's own charts/SPS) counts the start, torch.compile's build 
 
 import argparse
 import importlib.util
-import multiprocessing
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import gymnasium as gym
@@ -201,10 +201,8 @@ def script_args(script, env_id, total_timesteps, flags):
 
 
 def measure(script, env_id, total_timesteps, env_steps, runs, flags):
-    """Runs in a fresh process per script (see main), so that one script's torch settings (threads) stay its own."""
-    # --vector-env async's env processes, spawned from this one with its sys.path, unpickle the script's env makers by
-    # module name (ppo_atari.make_env...): the repository's root must be on that path
-    sys.path.insert(0, str(ROOT))
+    """Runs in a fresh process per script (measure_in_a_process), so that one script's torch settings (threads) stay
+    its own."""
     module, args = script_args(script, env_id, total_timesteps, flags)
     rows = []
     for run in range(runs):
@@ -233,6 +231,21 @@ def measure(script, env_id, total_timesteps, env_steps, runs, flags):
         "ratio": train_sps / env_sps,
         "runs": ", ".join(f"{r[1]:.0f}" for r in rows),
     }
+
+
+def measure_in_a_process(job, scratch):
+    """measure(*job) in a fresh Python process, in the scratch folder (the runs' logs go there), with the repository's
+    root and benchmark/ first on its PYTHONPATH: --vector-env async's env processes, where they are spawned rather than
+    forked, import the script's env makers by module name (ppo_atari.make_env...), and take the path from it."""
+    result = Path(scratch) / "measured.json"
+    path = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "benchmark"), os.environ.get("PYTHONPATH")]))
+    code = "import json, sys, sps; json.dump(sps.measure(*json.loads(sys.argv[1])), open(sys.argv[2], 'w'), default=float)"
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(job), str(result)], cwd=scratch, env={**os.environ, "PYTHONPATH": path}
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"error: measuring {job[0]} stopped with exit status {done.returncode} (its error is above)")
+    return json.loads(result.read_text())
 
 
 def table(results):
@@ -278,18 +291,8 @@ def main(argv=None):
         script_args(*job, flags)
         jobs.append(job + (options.env_steps, options.runs, flags))
 
-    results = []
-    workdir = os.getcwd()
-    spawn = multiprocessing.get_context("spawn")
-    with tempfile.TemporaryDirectory() as scratch:
-        os.chdir(scratch)  # the runs' logs go to a scratch folder
-        try:
-            for job in jobs:
-                # not multiprocessing.Pool: its daemonic worker could not start --vector-env async's env processes
-                with ProcessPoolExecutor(1, mp_context=spawn) as pool:
-                    results.append(pool.submit(measure, *job).result())
-        finally:
-            os.chdir(workdir)
+    with tempfile.TemporaryDirectory() as scratch:  # the runs' logs go to a scratch folder
+        results = [measure_in_a_process(job, scratch) for job in jobs]
     report = table(results)
     print(report)
     if options.output:

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from report import read_run  # beside this file
+from report_data import read_run  # beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,0 +1,223 @@
+"""The data of a results folder (benchmark/report.py): read from the run folders benchmark/run.py writes (their
+TensorBoard logs and done.json), kept in <results>/data/ (episodes.csv.gz, runs.csv, stats.csv.gz), read back with
+every file checked, and summed up as one row per run (its score and learning curve)."""
+
+import csv
+import gzip
+import io
+import json
+import shlex
+import sys
+import zlib
+from glob import glob
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+# Training statistics kept per update (TensorBoard's losses/<name>, the names of ours and of CleanRL's scripts)
+STATS = ["policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "explained_variance"]
+
+
+def read_run(folder: Path):
+    """(episodes, stats, sps, last_step, iteration) of one run folder (seed<k>), read from its TensorBoard event files:
+    each episode's end step, return and length; each update's step and training statistics (STATS, those logged); the
+    last SPS; the last step anything was logged at; and the steps of one iteration (the spacing of charts/SPS, logged
+    once per iteration; 0 where it was not logged). An event file cut short reads as a shorter run, silently."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logdirs = sorted({str(Path(f).parent) for f in glob(str(folder / "runs" / "*" / "events.out.tfevents*"))})
+    if not logdirs:
+        return None
+    accumulator = EventAccumulator(logdirs[-1], size_guidance={"scalars": 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()["scalars"]
+
+    def series(tag, name):
+        events = accumulator.Scalars(tag) if tag in tags else []
+        return pd.Series([e.value for e in events], index=pd.Index([e.step for e in events], name="step"), name=name)
+
+    returns, lengths = series("charts/episodic_return", "episodic_return"), series("charts/episodic_length", "episodic_length")
+    episodes = pd.DataFrame({"step": returns.index, "episodic_return": returns.to_numpy()})
+    if len(lengths) == len(returns):  # logged with each return, at the same steps
+        episodes["episodic_length"] = lengths.to_numpy()
+    logged = [series(f"losses/{name}", name) for name in STATS if f"losses/{name}" in tags]
+    stats = pd.concat([s[~s.index.duplicated(keep="last")] for s in logged], axis=1).reset_index() if logged else None
+    sps = accumulator.Scalars("charts/SPS")[-1].value if "charts/SPS" in tags else np.nan
+    last_step = max((accumulator.Scalars(tag)[-1].step for tag in tags), default=0)
+    sps_steps = [0] + [e.step for e in accumulator.Scalars("charts/SPS")] if "charts/SPS" in tags else [0]
+    iteration = float(np.median(np.diff(sps_steps))) if len(sps_steps) > 1 else 0.0
+    return episodes, stats, sps, last_step, iteration
+
+
+KEYS = ["env_id", "variant", "seed"]
+
+
+class Tables(NamedTuple):
+    """A results folder's data: every episode, one row per run, every update's training statistics (None if none)."""
+
+    episodes: pd.DataFrame
+    runs: pd.DataFrame
+    stats: pd.DataFrame | None
+
+
+def budget_of(command):
+    """The --total-timesteps of a run's command (done.json's), or None where it gives none."""
+    words = shlex.split(command or "")
+    values = [after for word, after in zip(words, words[1:] + [""]) if word == "--total-timesteps"]
+    values += [word.split("=", 1)[1] for word in words if word.startswith("--total-timesteps=")]
+    return int(values[-1]) if values and values[-1].isdigit() else None
+
+
+def read_runs_folder(root: Path, left_out=None):
+    """(episodes, runs, stats) tables of the finished runs (those with done.json) of a folder written by benchmark/run.py:
+    the episodes and the updates' statistics from its TensorBoard logs; per run the last logged SPS and, from done.json,
+    the wall time, the commit, the machine and the peer. A run not finished, or whose logs end an iteration or more
+    short of the --total-timesteps of its command, is left out, named on stderr and, with why, in `left_out` (a list)."""
+    episodes, runs, stats = [], [], []
+
+    def skip(folder, why, fix=""):  # stderr names the folder; the README the run
+        print(f"skipped {folder}: {why}{fix}", file=sys.stderr)
+        if left_out is not None:
+            left_out.append(f"{folder.parts[-3]} {folder.parts[-2]} seed {folder.name[len('seed') :]}: {why}")
+
+    for folder in sorted(root.glob("*/*/seed*")):
+        done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
+        if done.get("returncode") != 0:  # still running, stopped, or failed: its last episodes are not its score
+            skip(folder, "not finished (no done.json)", "; run benchmark/run.py again to finish it")
+            continue
+        run = read_run(folder)
+        if run is None or run[0].empty:
+            skip(folder, "no episodes logged")
+            continue
+        run_episodes, run_stats, sps, last_step, iteration = run
+        budget = budget_of(done.get("command"))
+        # a whole run logs its last iteration's end: less than one iteration short of its budget
+        if budget is not None and budget - last_step >= max(iteration, 1):
+            why = f"its logs end at step {last_step} of {budget} (an event file cut short?)"
+            skip(folder, why, "; delete its folder and run benchmark/run.py again")
+            continue
+        key = {"env_id": folder.parts[-3], "variant": folder.parts[-2], "seed": int(folder.name[len("seed") :])}
+        episodes.append(run_episodes.assign(**key))
+        if run_stats is not None:
+            stats.append(run_stats.assign(**key))
+        runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine", "peer")}})
+    if not runs:
+        return None
+    stats = pd.concat(stats, ignore_index=True) if stats else None
+    return Tables(pd.concat(episodes, ignore_index=True), pd.DataFrame(runs), stats)
+
+
+# The columns of the data files (and of random.csv) that must hold a value, an integer or a number (or be empty)
+FILLED = set(KEYS) | {"step"}
+INTEGERS = {"seed", "step", "episodic_length", "episode", "length"}
+NUMBERS = INTEGERS | {"sps", "seconds", "episodic_return", "return"} | set(STATS)
+
+
+def read_csv(path: Path, fix: str):
+    """pd.read_csv of a data file, refused in one line (SystemExit: the file, the line, `fix`) where it is cut or
+    damaged: compressed data that end early, a file that does not end with a newline (write_data ends each with one, so
+    the last line was cut, however it parses), a row whose fields are not its header's, or a value missing from a FILLED
+    column or not of its column's type. A file cut exactly at the end of a line is a shorter file: no check sees it."""
+
+    def refuse(what):
+        raise SystemExit(f"error: {path}: {what}; {fix}")
+
+    try:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as error:
+        refuse(f"cut or damaged ({error})")
+    if not text.endswith("\n"):
+        last = text.count("\n") + 1
+        refuse(f"line {last} is cut (the file does not end with a newline)")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header, lines = next(reader, []), []
+    for row in reader:
+        if len(row) != len(header):
+            refuse(f"line {reader.line_num} is malformed ({len(row)} fields, its header {len(header)})")
+        lines.append(reader.line_num)  # a row's line (a quoted field may span several)
+    table = pd.read_csv(io.StringIO(text))
+    for column in table:
+        values = table[column]
+        numbers = pd.to_numeric(values, errors="coerce") if column in NUMBERS else values
+        bad = values.isna() if column in FILLED else pd.Series(False, index=values.index)
+        bad |= numbers.isna() & values.notna()
+        if column in INTEGERS:
+            bad |= numbers.notna() & (numbers != numbers.round())
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            kind = "an integer" if column in INTEGERS else "a number"
+            shown = "empty" if pd.isna(values.iloc[row]) else f"'{values.iloc[row]}', not {kind}"
+            refuse(f"line {lines[row]} is malformed ({column} {shown})")
+    return table
+
+
+def read_data(data: Path):
+    """The (episodes, runs, stats) tables kept in a data folder (stats None where none were kept), or None where there
+    is none yet; exits in one line where a file is cut or damaged (read_csv)."""
+    if not (data / "runs.csv").exists():
+        return None
+    fix = (
+        "restore it (git checkout), or set the data folder aside and rebuild it from the run folders: python "
+        f"benchmark/report.py <runs folder> --output {data.parent}"
+    )
+    stats = read_csv(data / "stats.csv.gz", fix) if (data / "stats.csv.gz").exists() else None
+    return Tables(read_csv(data / "episodes.csv.gz", fix), read_csv(data / "runs.csv", fix), stats)
+
+
+def merge_data(kept, new):
+    """kept's tables with new's runs added; a run in both (same env, variant and seed) is taken from new."""
+    if kept is None:
+        return new
+    new_keys = new[1][KEYS]
+
+    def others(table):  # the rows of kept runs that new does not replace
+        if table is None:
+            return None
+        replaced = table[KEYS].merge(new_keys, on=KEYS, how="left", indicator=True)["_merge"].eq("both").to_numpy()
+        return table[~replaced]
+
+    def joined(old, fresh):
+        parts = [t for t in (others(old), fresh) if t is not None and not t.empty]
+        return pd.concat(parts, ignore_index=True) if parts else None
+
+    return Tables(*(joined(old, fresh) for old, fresh in zip(kept, new)))
+
+
+def write_data(data: Path, tables):
+    """The tables, sorted; returns rounded to 0.1 (the report's precision), statistics to 4 significant digits: about
+    22 kB per 1M-step MuJoCo run's episodes once compressed."""
+    data.mkdir(parents=True, exist_ok=True)
+    episodes, runs, stats = tables
+    order = KEYS + ["step"]
+    episodes = episodes.reindex(columns=order + [c for c in episodes if c not in order])
+    episodes = episodes.sort_values(order, kind="stable").round({"episodic_return": 1})
+    if "episodic_length" in episodes:  # NaN for runs kept from before lengths were kept
+        episodes["episodic_length"] = episodes["episodic_length"].round().astype("Int64")
+    episodes.to_csv(data / "episodes.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
+    runs.sort_values(KEYS).to_csv(data / "runs.csv", index=False)
+    if stats is not None:
+        stats = stats.reindex(columns=order + [name for name in STATS if name in stats]).sort_values(order, kind="stable")
+        stats.to_csv(data / "stats.csv.gz", index=False, float_format="%.4g", compression={"method": "gzip", "mtime": 0})
+
+
+def summarize(tables, last: int):
+    """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, curve data."""
+    episodes, runs, _ = tables
+    rows = []
+    for (env_id, variant, seed), run in episodes.groupby(KEYS, sort=True):
+        steps, returns = run["step"].to_numpy(), run["episodic_return"].to_numpy()
+        sps = runs[(runs["env_id"] == env_id) & (runs["variant"] == variant) & (runs["seed"] == seed)]["sps"]
+        rows.append(
+            {
+                "env_id": env_id,
+                "variant": variant,
+                "seed": int(seed),
+                "score": returns[-last:].mean(),
+                "sps": sps.iloc[0] if len(sps) else np.nan,
+                "steps": steps,
+                "returns": returns,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,346 @@
+"""benchmark/run.py: the runner on a tiny matrix (layout, skipping finished runs, commands, Slurm script), peers and
+presets, stopping and continuing runs, and the ablation preset against docs/details.md."""
+
+import json
+import shutil
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tyro
+from benchmark_helpers import TINY, report_of, runner, tiny_matrix
+from conftest import ROOT, contract_flags, load_script
+from ppo_utils.flag_checks import check_flags
+
+import report_data  # benchmark/report_data.py (pyproject.toml puts benchmark/ on pytest's path)
+import run  # benchmark/run.py
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Two 2k-step runs on two workers, then the same command again (tiny_matrix)."""
+    return tiny_matrix(tmp_path_factory)
+
+
+def test_runner_writes_one_folder_per_run_with_logs(tiny):
+    out, first, _, _ = tiny
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "[2/2]" in first.stdout
+    for seed in (1, 2):
+        folder = out / "InvertedPendulum-v5" / "default" / f"seed{seed}"
+        record = json.loads((folder / "done.json").read_text())
+        assert record["returncode"] == 0 and f"--seed {seed}" in record["command"]
+        assert "CPUs" in record["machine"] and record["commit"]  # what the report states of each run
+        assert len(list(folder.glob("runs/*/events.out.tfevents*"))) == 1
+        assert "step 2048/2048" in (folder / "output.log").read_text()
+
+
+def test_runner_skips_finished_runs(tiny):
+    out, _, second, stamps = tiny
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "2 already done, 0 to run" in second.stdout
+    assert len(stamps) == 2 and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+
+
+@pytest.mark.slow
+def test_runner_records_the_commit_a_run_started_from(tmp_path, monkeypatch):
+    """A commit made while a run trains is not the code it ran: done.json names the checkout at the run's start."""
+    import threading
+
+    head = {"now": "abc1234"}
+
+    class Training:  # the run's process, during which somebody commits
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def wait(self):
+            head["now"] = "def5678"
+            return 0
+
+    monkeypatch.setattr(run, "commit", lambda: head["now"])
+    monkeypatch.setattr(run.subprocess, "Popen", Training)
+    monkeypatch.setattr(run, "machine", lambda: "a machine")  # it would start processes too
+    one = run.Run("ppo_continuous_action.py", "InvertedPendulum-v5", "default", 1, 2048)
+    assert run.execute(one, tmp_path, threading.Event())[2]
+    assert json.loads((one.folder(tmp_path) / "done.json").read_text())["commit"] == "abc1234"
+
+
+@pytest.mark.slow
+def test_runner_marks_a_commit_changed_only_when_its_code_differs(tmp_path):
+    """Editing a report while runs start leaves their commit clean; an edited script or requirements.txt marks it."""
+
+    def git(*args):
+        command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
+
+    files = {"train.py": "x = 1\n", "requirements.txt": "torch\n", "notes.md": "a\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True, text=True)
+    head = head.stdout.strip()
+    assert run.commit(tmp_path) == head
+    (tmp_path / "notes.md").write_text("b\n")
+    (tmp_path / "untracked.py").write_text("y = 2\n")
+    assert run.commit(tmp_path) == head
+    for name in ("train.py", "requirements.txt"):
+        (tmp_path / name).write_text("changed\n")
+        assert run.commit(tmp_path) == head + "+changes", name
+        git("checkout", "--", name)
+
+
+PEER = """import json, os, sys
+json.dump({"argv": sys.argv[1:], "threads": os.environ.get("OMP_NUM_THREADS"), "gl": os.environ.get("MUJOCO_GL")},
+          open("seen.json", "w"))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_runner_runs_a_peer_with_its_own_defaults_and_shares_the_cpus(tmp_path, workers):
+    """A peer is one more variant: its script gets --env-id, --seed and --total-timesteps alone (no --flags, which
+    are ours), in <out>/<env>/<peer name>/seed<k>/. Each run gets the CPUs divided among the workers as torch
+    threads, and MUJOCO_GL is not set for it (nothing renders)."""
+    peer = tmp_path / "elsewhere" / "their_ppo.py"
+    peer.parent.mkdir()
+    peer.write_text(PEER)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "MUJOCO_GL"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), *TINY, "--out", str(out), "--workers", str(workers)]
+        + ["--peer", f"theirs={peer}", "--flags=--no-gae", "--print-commands"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 4 and sum("their_ppo.py" in line for line in lines) == 2 and "--no-gae" not in lines[-1]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_atari.py", "--env-ids", "Pong", "Breakout"]
+        + ["--seeds", "3", "--total-timesteps", "7", "--peer", f"theirs={peer}", "--variant", "skip=--no-gae"]
+        + ["--out", str(out), "--workers", str(workers), "--index", "1"],  # runs only the matrix's second run
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads((out / "Pong" / "theirs" / "seed3" / "seen.json").read_text())
+    assert seen["argv"] == ["--env-id", "Pong", "--seed", "3", "--total-timesteps", "7"]
+    assert seen["threads"] == str(max(1, os.cpu_count() // workers)) and seen["gl"] is None
+    assert (out / "Pong" / "theirs" / "seed3" / "done.json").exists() and not (out / "Pong" / "skip").exists()
+
+
+def test_runner_refuses_a_missing_peer_in_one_line(tmp_path):
+    done = runner(*TINY, "--peer", f"theirs={tmp_path / 'nothing.py'}", "--print-commands")
+    assert done.returncode == 1 and done.stderr.strip().count("\n") == 0 and "--peer theirs=" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_presets_peer_is_found_through_its_environment_variable(tmp_path):
+    """The atari preset runs CleanRL's ppo_atari.py beside ours, from the folder CLEANRL_DIR names; unset, or naming a
+    folder without it, the runner stops with one line saying what to set (or --peer NAME=PATH)."""
+    (tmp_path / "cleanrl").mkdir()
+    (tmp_path / "cleanrl" / "ppo_atari.py").write_text("")
+    preset = [
+        "--preset",
+        "atari",
+        "--seeds",
+        "1",
+        "--env-ids",
+        "PongNoFrameskip-v4",
+        "--out",
+        str(tmp_path / "x"),
+        "--results",
+        str(tmp_path / "no-results"),
+    ]  # the committed Pong seed 1 would be skipped
+    env = {key: value for key, value in os.environ.items() if key != "CLEANRL_DIR"}
+    unset = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), *preset, "--print-commands"], env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert unset.returncode == 1 and unset.stderr.count("\n") == 1, unset.stderr
+    assert unset.stderr.startswith("error: peer cleanrl of --preset atari: CLEANRL_DIR is not set; set CLEANRL_DIR")
+    found = subprocess.run([sys.executable, str(ROOT / "benchmark" / "run.py"), *preset, "--print-commands"],
+                           env={**env, "CLEANRL_DIR": str(tmp_path / "cleanrl")}, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    lines = found.stdout.strip().splitlines()
+    assert found.returncode == 0 and len(lines) == 2 and str(tmp_path / "cleanrl" / "ppo_atari.py") in lines[1], found.stderr
+
+
+def test_runner_prints_commands_and_writes_a_slurm_array(tmp_path):
+    printed = runner(*TINY, "--out", str(tmp_path / "x"), "--print-commands")
+    lines = printed.stdout.strip().splitlines()
+    assert printed.returncode == 0 and len(lines) == 2
+    assert all(line.startswith("cd ") and "InvertedPendulum-v5" in line for line in lines)
+    assert "--seed 1" in lines[0] and "--seed 2" in lines[1]
+    assert not (tmp_path / "x").exists()  # printing runs nothing
+
+    job = tmp_path / "job.sbatch"
+    written = runner(*TINY, "--out", str(tmp_path / "x"), "--slurm", str(job))
+    text = job.read_text()
+    assert written.returncode == 0 and "#SBATCH --array=0-1" in text
+    assert "--index $SLURM_ARRAY_TASK_ID" in text and "--slurm" not in text
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--variant", "no-equals-sign"], "--variant"),
+        (["--index", "9"], "--index"),
+        (["--script", "ppo_missing.py"], "--script"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
+def test_runner_bad_input_is_one_line(tmp_path, args, flag):
+    result = runner(*TINY, "--out", str(tmp_path / "x"), *args)
+    assert result.returncode != 0
+    message = result.stderr.strip().splitlines()[-1]
+    assert flag in message and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
+    results = tmp_path / "results"
+    folder = tmp_path / "one" / "InvertedPendulum-v5" / "default" / "seed1"
+    shutil.copytree(tiny[0] / "InvertedPendulum-v5" / "default" / "seed1", folder)
+    report_of(tmp_path / "one", results)  # data for seed 1 only
+    printed = runner(*TINY, "--out", str(tmp_path / "fresh"), "--results", str(results), "--print-commands")
+    lines = printed.stdout.strip().splitlines()
+    assert printed.returncode == 0 and len(lines) == 1 and "--seed 2" in lines[0]
+
+
+@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn"])
+def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
+    module = load_script(name)
+    variants = run.ablations(f"{name}.py")
+    default = module.Args()
+    covered = set()
+    for variant, flags in variants.items():
+        args = tyro.cli(module.Args, args=flags.split())
+        check_flags(args)  # each value lies in its flag's range (FLAG_RULES)
+        if variant == "default":
+            assert args == default
+            continue
+        assert args != default, variant  # the variant changes something
+        covered.add(variant.split("-")[0])
+    expected = {detail for _, detail in contract_flags(name) if detail is not None and not detail.startswith("B3")}
+    assert covered == expected
+
+
+@pytest.mark.slow
+def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
+    out = tmp_path / "x"
+    args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
+    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "16384", "--flags=--checkpoint-interval=1"]
+    args += ["--out", str(out), "--workers", "1"]
+    runner_process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    folder = out / "InvertedPendulum-v5" / "default" / "seed1"
+    deadline = time.time() + 300
+    while not list(folder.glob("runs/*/agent.pt")) and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(runner_process.pid, signal.SIGINT)  # Ctrl-C in a terminal reaches the runner and its runs
+    stdout, _ = runner_process.communicate(timeout=300)
+    assert runner_process.returncode == 130 and "interrupted" in stdout
+    assert not (folder / "done.json").exists()
+    assert "stopped by a signal" in (folder / "output.log").read_text()
+
+    again = runner(*args[2:])
+    log = (folder / "output.log").read_text()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "--resume" in log and "resumed" in log and "step 16384/16384" in log
+    assert (folder / "done.json").exists() and len(list(folder.glob("runs/*"))) == 1
+
+
+@pytest.mark.slow
+def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
+    """A SIGTERM that reaches a training process but not the runner (a cluster's preemption, a kill): the run saves a
+    checkpoint and exits 0 like a finished one, yet it is not done: no done.json, and the runner says so. The same
+    command then continues it to its end, and that is done (its checkpoint is still the stop's: no periodic ones)."""
+    out = tmp_path / "x"
+    args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
+    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "32768", "--out", str(out), "--workers", "1"]
+    runner_process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    folder = out / "InvertedPendulum-v5" / "default" / "seed1"
+    deadline = time.time() + 300
+    while "/32768  SPS" not in ((folder / "output.log").read_text() if (folder / "output.log").exists() else ""):
+        assert time.time() < deadline
+        time.sleep(0.2)
+    tasks = Path(f"/proc/{runner_process.pid}/task").glob("*/children")  # the runner's worker thread started it
+    (training,) = [int(pid) for task in tasks for pid in task.read_text().split()]
+    os.kill(training, signal.SIGTERM)  # its first progress line (after ~10 s) is not its last
+    stdout, _ = runner_process.communicate(timeout=300)
+    assert "stopped by a signal" in (folder / "output.log").read_text()
+    assert runner_process.returncode == 1 and "STOPPED by a signal" in stdout
+    assert not (folder / "done.json").exists()
+
+    again = runner(*args[2:])
+    assert again.returncode == 0 and "seed 1: done" in again.stdout, again.stdout + again.stderr
+    assert "step 32768/32768" in (folder / "output.log").read_text() and (folder / "done.json").exists()
+
+
+@pytest.mark.slow
+def test_runner_stopped_by_sigterm_stops_its_runs_with_a_checkpoint(tmp_path):
+    """A SIGTERM to the runner alone (kill, a scheduler) stops it as Ctrl-C does: its run saves a checkpoint and exits,
+    no process is left behind, nothing is marked done."""
+    out = tmp_path / "x"
+    args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
+    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "65536", "--flags=--checkpoint-interval=1"]
+    runner_process = subprocess.Popen(
+        [*args, "--out", str(out), "--workers", "1"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    folder = out / "InvertedPendulum-v5" / "default" / "seed1"
+    deadline = time.time() + 300
+    while not list(folder.glob("runs/*/agent.pt")) and time.time() < deadline:
+        time.sleep(0.2)
+    (training,) = [
+        int(pid) for task in Path(f"/proc/{runner_process.pid}/task").glob("*/children") for pid in task.read_text().split()
+    ]
+    runner_process.send_signal(signal.SIGTERM)
+    stdout, _ = runner_process.communicate(timeout=300)
+    assert runner_process.returncode == 130 and "interrupted" in stdout
+    assert "stopped by a signal" in (folder / "output.log").read_text()
+    assert not Path(f"/proc/{training}").exists() and not (folder / "done.json").exists()
+
+
+@pytest.mark.slow
+def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it(tmp_path):
+    """--batch-seeds: the seeds of a task and variant train in one process of ppo_continuous_action_seeds.py; each
+    run's folder ends where its own process would have put it, so that the report reads it as any run. Ctrl-C stops
+    the process with a checkpoint of every seed, and the same command continues them together to the end."""
+    out = tmp_path / "x"
+    args = [*TINY[:-1], "16384", "--flags=--checkpoint-interval=1", "--batch-seeds", "--out", str(out), "--workers", "1"]
+    runner_process = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), *args], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    task = out / "InvertedPendulum-v5" / "default"
+    deadline = time.time() + 300
+    while len(list(task.glob("runs/*/agent.pt"))) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(runner_process.pid, signal.SIGINT)
+    stdout, _ = runner_process.communicate(timeout=300)
+    assert runner_process.returncode == 130 and "2 to run on 1 workers in 1 processes" in stdout, stdout
+    for seed in (1, 2):  # each stopped run moved to its seed's folder, not done
+        assert len(list((task / f"seed{seed}").glob(f"runs/*__{seed}__*/agent.pt"))) == 1
+        assert not (task / f"seed{seed}" / "done.json").exists()
+
+    again = runner(*args)
+    assert again.returncode == 0 and "seed 1 2: done" in again.stdout, again.stdout + again.stderr
+    log = (task / "output.log").read_text()
+    assert "--resume" in log and log.count("step 16384/16384") == 2
+    for seed in (1, 2):
+        record = json.loads((task / f"seed{seed}" / "done.json").read_text())
+        assert record["seeds_in_process"] == 2 and "--seeds 1 2" in record["command"]
+        assert len(list((task / f"seed{seed}").glob("runs/*"))) == 1
+    tables = report_data.read_runs_folder(out)
+    assert sorted(tables.runs["seed"]) == [1, 2] and set(tables.episodes["seed"]) == {1, 2}

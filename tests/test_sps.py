@@ -1,0 +1,90 @@
+"""benchmark/sps.py: steps per second against the env-only ceiling, the split of an iteration, the update's work."""
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+
+@pytest.mark.slow
+def test_sps_measures_env_only_and_training(tmp_path):
+    import sps  # benchmark/sps.py (pyproject.toml puts benchmark/ on pytest's path)
+
+    output = tmp_path / "sps.md"
+    sps.main(
+        ["ppo_continuous_action.py", "--env-id", "InvertedPendulum-v5", "--total-timesteps", "4096", "--runs", "1"]
+        + ["--env-steps", "512", "--output", str(output)]
+        + ["--", "--vector-env", "async", "--num-envs", "2", "--num-steps", "1024"]
+    )  # async: the env processes, spawned from the measuring one, find the script
+    row = output.read_text().strip().splitlines()[-1]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    env_sps, train_sps, ratio = float(cells[3]), float(cells[4]), float(cells[5].rstrip("%")) / 100
+    assert env_sps > 0 and train_sps > 0
+    assert ratio == pytest.approx(train_sps / env_sps, abs=0.01)
+    steady_sps, iteration, env, update, rest = float(cells[7]), *map(float, re.findall(r"-?[\d.]+", cells[9]))
+    assert steady_sps == pytest.approx(2048 / (iteration / 1e3), rel=0.02)  # a batch of 2048 steps over the iteration
+    assert iteration == pytest.approx(env + update + rest, abs=1.5) and min(env, update) > 0
+
+
+def test_sps_splits_an_iteration_into_env_steps_update_and_rest():
+    """timed_training on a stand-in script whose iteration is 5 env steps of 10 ms, 20 ms of other work and an update of
+    30 ms (the first, a compile's, 300 ms): the split is 50 + 30 + 20 ms, steady over the iterations after the first."""
+    import types
+
+    import sps
+
+    class Envs:
+        def step(self, action):
+            time.sleep(0.01)
+
+    def train(args):
+        envs = stand_in.make_envs(args)
+        for i in range(4):
+            for _ in range(5):
+                envs.step(None)
+            time.sleep(0.02)
+            stand_in.update_policy(first=i == 0)
+        return {"sps": 123}
+
+    stand_in = types.SimpleNamespace(make_envs=lambda args: Envs(), train=train,
+                                     update_policy=lambda first: time.sleep(0.3 if first else 0.03))  # fmt: skip
+    sps_, env_s, update_s, iteration_s = sps.timed_training(stand_in, types.SimpleNamespace(cuda=False))
+    assert sps_ == 123
+    assert env_s == pytest.approx(0.05, abs=0.01) and update_s == pytest.approx(0.03, abs=0.008)
+    assert iteration_s == pytest.approx(0.1, abs=0.015)
+    assert stand_in.update_policy.__name__ == "<lambda>"  # the script's own functions are back in place
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["--env-id", "NoSuch-v0"], "--env-id"),
+        (["ppo_atari.py", "--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
+        (["ppo_continuous_action.py", "--", "--num-minibatches", "7"], "--num-minibatches"),
+        (["--runs", "0"], "--runs"),
+    ],
+)
+def test_sps_bad_input_is_one_line_before_anything_runs(tmp_path, args, named):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "sps.py"), *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    message = [line for line in result.stderr.splitlines() if "error" in line][-1]
+    assert named in message and "run 1/" not in result.stderr  # nothing was measured
+
+
+def test_update_compute_counts_the_updates_floating_point_work():
+    """sps.py's update FLOPs against a hand count: InvertedPendulum's agent is two MLPs 4-64-64-1 (the actor's head has
+    1 output, the critic's 1). Forward, per sample: 2 x (4*64 + 64*64 + 64) = 8,832 multiply-adds. Backward: the
+    weight gradients (8,832 again) and the input gradients of every layer but the first (8,832 - 2 x 4*64). So
+    (8,832 * 3 - 512) * 2 FLOP per sample, times 2048 samples x 10 epochs."""
+    import sps
+
+    module, args = sps.script_args("ppo_continuous_action.py", "InvertedPendulum-v5", 4096, [])
+    seconds, gflop, matmul_gflops = sps.update_compute(module, args)
+    assert gflop == pytest.approx((8832 * 3 - 512) * 2 * 2048 * 10 / 1e9, rel=1e-6)
+    assert seconds > 0 and matmul_gflops > 1

@@ -1,0 +1,68 @@
+"""benchmark/versus.py: our script and a peer's run alternately, the ratios of their speeds, and its errors."""
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+
+# a stand-in for a training script: checks the flags it is given, notes that it ran, sleeps, logs one charts/SPS
+STAND_IN = """
+import sys, time
+from torch.utils.tensorboard import SummaryWriter
+flags = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+assert flags == {{"--env-id": "Fake-v0", "--total-timesteps": "1000", "--seed": "3", **{extra}}}, flags
+with open({log!r}, "a") as f:
+    f.write("{name}\\n")
+time.sleep({sleep})
+writer = SummaryWriter("runs/stand-in")
+writer.add_scalar("charts/SPS", {sps}, 1000)
+writer.close()
+"""
+
+
+@pytest.mark.slow
+def test_versus_alternates_the_two_scripts_and_reports_the_ratios(tmp_path):
+    """versus.py on two stand-ins: a fast 'ours' (0.2 s, SPS 300) and a slow 'peer' (1.5 s, SPS 100), run from their
+    own folder; it alternates them, gives each the same env, steps and seed (and ours its extra flags), and reports
+    the medians' ratios: SPS 3.00x exactly, wall time above 1."""
+    import versus
+
+    log = tmp_path / "order.txt"
+    for name, sleep, sps, extra in (("ours", 0.2, 300, {"--fast": "yes"}), ("peer", 1.5, 100, {})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.py").write_text(STAND_IN.format(name=name, sleep=sleep, sps=sps, log=str(log), extra=extra))
+    output = tmp_path / "results" / "versus.md"
+    wall_ratio, sps_ratio = versus.main([str(tmp_path / "ours" / "train.py"), str(tmp_path / "peer" / "train.py"),
+                                         "--env-id", "Fake-v0", "--total-timesteps", "1000", "--seed", "3",
+                                         "--rounds", "2", "--output", str(output), "--", "--fast", "yes"])  # fmt: skip
+    assert log.read_text().split() == ["ours", "peer", "ours", "peer"]
+    assert sps_ratio == pytest.approx(3.0) and 1.0 < wall_ratio < 10
+    text = output.read_text()
+    assert "| median |" in text and "**" + f"{wall_ratio:.2f}x" + "**" in text and "3.00x" in text
+    assert "CPUs" in text and text.count("\n| 1 |") == 1 and text.count("\n| 2 |") == 1
+
+
+@pytest.mark.slow
+def test_versus_stops_with_the_scripts_error(tmp_path):
+    (tmp_path / "fails.py").write_text("import sys\nsys.exit('error: --env-id Fake-v0 is not registered')\n")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "versus.py"), str(tmp_path / "fails.py"), str(tmp_path / "fails.py"),
+         "--env-id", "Fake-v0", "--total-timesteps", "1000"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "fails.py exited with 1: error: --env-id Fake-v0 is not registered" in result.stderr
+
+
+@pytest.mark.slow
+def test_versus_names_the_timeout_of_a_run_too_slow(tmp_path):
+    (tmp_path / "slow.py").write_text("import time\ntime.sleep(30)\n")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "versus.py"), str(tmp_path / "slow.py"), str(tmp_path / "slow.py"),
+         "--env-id", "Fake-v0", "--total-timesteps", "1000", "--timeout", "1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "slow.py ran past --timeout 1 s; raise --timeout" in result.stderr
