@@ -11,7 +11,6 @@ import argparse
 import csv
 import statistics
 import sys
-from pathlib import Path
 
 import gymnasium as gym
 
