@@ -1,6 +1,6 @@
 """Two results folders of the same tasks side by side (each one's committed data/, as benchmark/report.py keeps it):
-per task, each folder's mean ± std over seeds of the score (the mean return of a run's last episodes, as the report
-scores it), its seeds' scores, and whether the second folder's mean lies within the first's seeds' range.
+per task, each folder's mean ± sample std (ddof 1) over seeds of the score (the mean return of a run's last episodes,
+as the report scores it), its seeds' scores, and whether the second folder's mean lies within the first's seeds' range.
 
     python benchmark/compare_results.py benchmark/results/mujoco benchmark/results/mujoco-seeds --variant default
 """
@@ -25,6 +25,11 @@ def short(score):
     return f"{score:.0f}" if abs(score) >= 100 else f"{score:.1f}"
 
 
+def mean_std(score):
+    """The mean over seeds ± their sample standard deviation (ddof 1), as the report writes it; one seed: the mean."""
+    return f"{np.mean(score):.1f} ± {np.std(score, ddof=1):.1f}" if len(score) > 1 else f"{np.mean(score):.1f}"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("first", help="a results folder (the baseline)")
@@ -35,13 +40,15 @@ def main(argv=None):
     first, second = (scores(Path(folder), args.variant, args.last) for folder in (args.first, args.second))
     names = Path(args.first).name, Path(args.second).name
     lines = [
-        f"| task | {names[0]}: mean ± std (seeds) | {names[1]}: mean ± std (seeds) | {names[1]}'s mean within "
-        f"{names[0]}'s seeds' range |",
+        (
+            f"| task | {names[0]}: mean ± sample std (seeds) | {names[1]}: mean ± sample std (seeds) | "
+            f"{names[1]}'s mean within {names[0]}'s seeds' range |"
+        ),
         "| --- | ---: | ---: | --- |",
     ]
     for env_id in sorted(set(first["env_id"]) & set(second["env_id"])):
         a, b = (runs[runs["env_id"] == env_id].sort_values("seed") for runs in (first, second))
-        cells = [f"{np.mean(r['score']):.1f} ± {np.std(r['score']):.1f} ({', '.join(map(short, r['score']))})" for r in (a, b)]
+        cells = [f"{mean_std(r['score'])} ({', '.join(map(short, r['score']))})" for r in (a, b)]
         low, high, mean = a["score"].min(), a["score"].max(), b["score"].mean()
         where = "yes" if low <= mean <= high else ("above" if mean > high else "below")
         lines.append(f"| {env_id} | {cells[0]} | {cells[1]} | {where} ({short(low)} to {short(high)}) |")

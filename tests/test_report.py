@@ -534,15 +534,24 @@ def test_a_report_without_rliable_says_so_and_builds_the_rest(tiny, tmp_path, mo
 
 
 def test_compare_results_puts_two_folders_side_by_side():
-    """A results folder against itself: each task's mean ± std over seeds of a run's last 100 episodes (computed here from
-    the episodes file), the seeds' scores, and every mean within its own seeds' range."""
+    """A results folder against itself: each task's mean ± sample std (ddof 1) over seeds of a run's last 100 episodes
+    (computed here from the episodes file, the std by the standard library), the seeds' scores, and every mean within
+    its own seeds' range; and the committed figures by hand (mujoco's HalfCheetah seeds 1475.232, 1528.244, 1393.257)."""
+    import statistics
+
     import compare_results  # benchmark/compare_results.py
 
     folder = ROOT / "benchmark" / "results" / "mujoco"
-    rows = compare_results.main([str(folder), str(folder)])[2:]
+    header, _, *rows = compare_results.main([str(folder), str(folder)])
+    assert header.count(": mean ± sample std (seeds) |") == 2
     assert len(rows) == 7 and all("| yes (" in row for row in rows)
     episodes = pd.read_csv(folder / "data" / "episodes.csv.gz")
     cheetah = episodes[episodes["env_id"] == "HalfCheetah-v5"].sort_values("step")
-    by_seed = cheetah.groupby("seed")["episodic_return"].apply(lambda r: r.to_numpy()[-100:].mean())
-    expected = f"{by_seed.mean():.1f} ± {by_seed.std(ddof=0):.1f} ({', '.join(f'{v:.0f}' for v in by_seed)})"
+    by_seed = [seed["episodic_return"].to_numpy()[-100:].mean() for _, seed in cheetah.groupby("seed")]
+    mean, std = statistics.fmean(by_seed), statistics.stdev(by_seed)  # stdev: the sum of squares over n - 1
+    # by hand: mean 1465.58; deviations 9.65, 62.67, -72.32; squares sum 9250.6; / 2 = 4625.3; sqrt 68.01
+    # (the population std, over n = 3, would be 55.53: the old figure)
+    assert mean == pytest.approx(1465.58, abs=0.01) and std == pytest.approx(68.01, abs=0.01)
+    expected = f"{mean:.1f} ± {std:.1f} ({', '.join(f'{v:.0f}' for v in by_seed)})"
+    assert expected == "1465.6 ± 68.0 (1475, 1528, 1393)"
     assert next(row for row in rows if row.startswith("| HalfCheetah-v5 |")).count(expected) == 2
