@@ -161,7 +161,10 @@ def ablations(script):
 
 
 @dataclass
-class Run:
+class PlannedRun:
+    """One run of the matrix, to start or continue: a script on an env id, a variant, a seed (a training run itself is
+    ppo_utils.run.Run)."""
+
     script: str
     env_id: str
     variant: str
@@ -285,8 +288,8 @@ def build_matrix(options):
         for name, variant_flags in variants.items():
             for seed in seeds:
                 flags = shlex.split(env_flags) + shlex.split(options.flags) + shlex.split(variant_flags)
-                runs.append(Run(script, env_id, name, seed, total, flags))
-        runs += [Run(path, env_id, name, seed, total) for name, path in peers.items() for seed in seeds]
+                runs.append(PlannedRun(script, env_id, name, seed, total, flags))
+        runs += [PlannedRun(path, env_id, name, seed, total) for name, path in peers.items() for seed in seeds]
     if options.preset == "table1":  # seed by seed, so that a matrix cut short still covers every task and setting
         runs.sort(key=lambda run: run.seed)
     return runs
@@ -322,8 +325,9 @@ def checkpoint_of(folder: Path):
     return found[-1] if found else None
 
 
-# what a script prints when a signal stopped it after saving a checkpoint (ppo_utils.run.Run.finish); it then exits 0
-STOPPED = "stopped by a signal; continue with:"
+# what a script prints when a signal stopped it after saving a checkpoint (ppo_utils.run.STOPPED, which
+# tests/test_runner.py checks it against: this runner imports nothing of the scripts); the script then exits 0
+STOPPED_LINE = "stopped by a signal; continue with:"
 
 
 RUNNING = set()  # the training processes now running, which a stop of the runner passes on to
@@ -351,12 +355,12 @@ def launch(command, folder: Path, stopping: threading.Event, threads):
     status = "done" if returncode == 0 and not stopping.is_set() else "failed"
     with open(folder / "output.log") as log:  # a stop by a signal this runner did not get exits 0 too
         log.seek(start_of_output)
-        if status == "done" and STOPPED in log.read():
+        if status == "done" and STOPPED_LINE in log.read():
             status = "stopped"
     return returncode, seconds, status, revision
 
 
-def execute(run: Run, out: Path, stopping: threading.Event, threads=1):
+def execute(run: PlannedRun, out: Path, stopping: threading.Event, threads=1):
     """Runs one training process in its folder with `threads` torch threads (the CPUs shared among the workers);
     writes done.json when it completed. Returns (run, seconds, status): done, stopped (by a signal, after saving a
     checkpoint) or failed. MUJOCO_GL is left as the caller has it: no run renders unless its flags ask to."""

@@ -70,7 +70,7 @@ def test_runner_records_the_commit_a_run_started_from(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "commit", lambda: head["now"])
     monkeypatch.setattr(run.subprocess, "Popen", Training)
     monkeypatch.setattr(run, "machine", lambda: "a machine")  # it would start processes too
-    one = run.Run("ppo_continuous_action.py", "InvertedPendulum-v5", "default", 1, 2048)
+    one = run.PlannedRun("ppo_continuous_action.py", "InvertedPendulum-v5", "default", 1, 2048)
     assert run.execute(one, tmp_path, threading.Event())[2]
     assert json.loads((one.folder(tmp_path) / "done.json").read_text())["commit"] == "abc1234"
 
@@ -344,3 +344,9 @@ def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it
         assert len(list((task / f"seed{seed}").glob("runs/*"))) == 1
     tables = report_data.read_runs_folder(out)
     assert sorted(tables.runs["seed"]) == [1, 2] and set(tables.episodes["seed"]) == {1, 2}
+
+
+def test_the_runner_looks_for_the_line_a_stopped_run_ends_with():
+    from ppo_utils.run import STOPPED
+
+    assert run.STOPPED_LINE == STOPPED
