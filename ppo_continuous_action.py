@@ -2,12 +2,13 @@
 wrappers. Every general (G1-G11), MuJoCo (M1-M8), auxiliary (X1, X3) and truncation (B1) detail is a flag; the defaults
 reproduce the reference implementation (openai/baselines ppo2) and the paper's Table 3. What is not PPO is in the
 package ppo_utils/ beside it (the run's life cycle, checkpoints, flag checks, --compile); of the details it carries
-only M1/M2's observation wrapper and X2's averaging, each called from train().
+only X2's averaging, called from train().
 
     python ppo_continuous_action.py --env-id Hopper-v5 --total-timesteps 1000000
 """
 
 import os
+import random
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
@@ -17,14 +18,14 @@ import torch
 import torch.nn as nn
 import tyro
 from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
 from ppo_utils.checkpoints import Update, restore, resume_flags
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import all_ranks_mean, average_env_statistics, average_gradients, broadcast_parameters
-from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed, seed_everything
-from ppo_utils.env_adapters import NormalizeObservation
-from ppo_utils.flag_checks import check_args
+from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
+from ppo_utils.flag_checks import ArgError, check_args
 from ppo_utils.run import Run, main
 
 
@@ -145,7 +146,35 @@ class Args:
 
     script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
     env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
-    minibatch_unit: ClassVar[str] = "batch_size"  # --num-minibatches must divide this
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1}  # --eval-checkpoint plays one env
+    # each numeric flag's range: flag -> (the test its value must pass, what the message "--flag value: ..." asks for; a
+    # value that turns a detail off says which). check_args tests them, and those of the run flags (ppo_utils.flag_checks)
+    flag_rules: ClassVar[dict] = {
+        "torch_threads": (lambda v: v >= 0, "pass a positive count, or 0 for torch's default"),
+        "num_envs": (lambda v: v >= 1, "pass a positive count"),
+        "num_steps": (lambda v: v >= 1, "pass a positive count"),
+        "clip_coef": (  # 0 is no "off": with it neither the policy (G1) nor the value (G4) may move from the rollout's
+            lambda v: v > 0,
+            "pass a clip range > 0; to turn clipping off use --surrogate unclipped (G1) and --no-clip-vloss (G4)",
+        ),
+        "kl_beta": (  # 0 is --surrogate unclipped, and kl-adaptive would never move it (it doubles or halves beta)
+            lambda v: v > 0,
+            "pass a KL penalty coefficient > 0; for no penalty use --surrogate unclipped",
+        ),
+        "kl_dtarg": (lambda v: v > 0, "pass a target KL > 0"),
+        "gamma": (lambda v: 0 <= v <= 1, "pass a discount in [0, 1]"),
+        "gae_lambda": (lambda v: 0 <= v <= 1, "pass a lambda in [0, 1] (--no-gae turns GAE off)"),
+        "ent_coef": (lambda v: v >= 0, "pass a coefficient >= 0 (0: no entropy bonus)"),
+        "vf_coef": (lambda v: v >= 0, "pass a coefficient >= 0"),
+        "learning_rate": (lambda v: v >= 0, "pass a learning rate > 0, or 0 to leave the agent as initialized"),
+        "num_minibatches": (lambda v: v >= 1, "pass a positive count (1: the full batch)"),
+        "update_epochs": (lambda v: v >= 1, "pass a positive count"),
+        "max_grad_norm": (lambda v: v >= 0, "pass a norm > 0, or 0 to turn G8 off"),
+        "adam_eps": (lambda v: v > 0, "pass an epsilon > 0 (Adam divides by it where a gradient is 0)"),
+        "target_kl": (lambda v: v >= 0, "pass a KL >= 0 (0: one epoch per update), or leave it unset (None) to turn X3 off"),
+        "clip_obs": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M2 off"),
+        "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
+    }
 
     @property
     def batch_size(self) -> int:
@@ -159,6 +188,30 @@ class Args:
     def num_iterations(self) -> int:
         """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
         return self.total_timesteps // (self.batch_size * launched_processes())
+
+    def check(self, world_size: int, kind: str):
+        """How the flags fit together, for `world_size` processes (X2) on an env of `kind` (flag_checks.ENV_KINDS):
+        check_args calls this once each flag is in its range and the env id is one this script takes; ArgError for the
+        first misfit."""
+        if self.batch_size % self.num_minibatches:
+            raise ArgError(
+                f"--num-minibatches {self.num_minibatches} does not divide the batch of --num-envs {self.num_envs} x "
+                f"--num-steps {self.num_steps} = {self.batch_size}; choose a divisor of {self.batch_size}"
+            )
+        if self.norm_adv and self.minibatch_size == 1:
+            raise ArgError(
+                f"--num-minibatches {self.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
+                "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
+            )
+        if self.norm_per_env and self.vector_env != "sync":
+            raise ArgError(
+                "--norm-per-env keeps the statistics in each env, where checkpoints reach them with --vector-env sync only; "
+                "add --vector-env sync"
+            )
+        if self.norm_per_env and world_size > 1:
+            raise ArgError(
+                "--norm-per-env keeps statistics per env, which torchrun's ranks (X2) do not merge; drop one of them"
+            )
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -197,10 +250,48 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
     if args.norm_obs:
         envs = NormalizeObservation(envs, clip=args.clip_obs)  # M1, M2
     if args.norm_reward:
+        # M3 as gymnasium does it, unlike the reference at a termination only: the discounted return restarts before the
+        # terminating step's reward is added to the statistics, the reference's after (time-limit ends are the same)
         envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)  # M3
     if args.norm_reward and args.clip_reward > 0:
         envs = gym.wrappers.vector.ClipReward(envs, -args.clip_reward, args.clip_reward)  # M4
     return envs
+
+
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """M1 and M2 as the reference's VecNormalize does them: one running mean/variance shared by all envs, updated with
+    each batch of observations the agent sees, then clipping. gymnasium's own vector NormalizeObservation refuses the
+    SAME_STEP autoreset used here, and would leave infos["final_obs"] unnormalized: this one normalizes it with the
+    same statistics (without counting it, as the reference never sees it), so that B1 bootstraps from what the value
+    network was trained on."""
+
+    def __init__(self, env: gym.vector.VectorEnv, clip: float, epsilon: float = 1e-8):
+        super().__init__(env)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, env.single_observation_space.shape, np.float32)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
+        self.obs_rms = RunningMeanStd(shape=env.single_observation_space.shape)
+        self.clip, self.epsilon, self.update_running_mean = clip, epsilon, True
+
+    def normalize(self, obs):
+        obs = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        return (np.clip(obs, -self.clip, self.clip) if self.clip > 0 else obs).astype(np.float32)  # M2
+
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        return self.normalize(obs), infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        if "final_obs" in infos:
+            final_obs = infos["final_obs"].copy()
+            for i in np.flatnonzero(infos["_final_obs"]):
+                final_obs[i] = self.normalize(final_obs[i])
+            infos["final_obs"] = final_obs
+        return self.normalize(obs), rewards, terminations, truncations, infos
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
@@ -350,7 +441,7 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
     or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each the mean over all minibatches of
     all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
     b_inds = np.arange(args.batch_size)
-    logged = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
+    all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):
         np.random.shuffle(b_inds)
         for start in range(0, args.batch_size, args.minibatch_size):
@@ -358,7 +449,7 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
             mb = {key: value[mb_inds] for key, value in batch.items()}
             optimizer.zero_grad()
             mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients; ppo_loss's statistics
-            logged.append(torch.stack(list(mb_stats.values())))
+            all_mb_stats.append(torch.stack(list(mb_stats.values())))
             average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
@@ -367,7 +458,7 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
             break
-    return dict(zip(mb_stats, torch.stack(logged).mean(0))) | {"epochs": epoch + 1}
+    return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
 
 def batch_kl(agent, batch):
@@ -394,25 +485,30 @@ def train(args: Args, stop_signals=()):
     """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks).
     Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
     current env step, saves a checkpoint, closes everything and returns."""
-    args, resumed = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
+    args, checkpoint = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
     check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
     rank, world_size, device = distributed_setup(args.cuda)  # X2: torchrun's process group; rank r on GPU r of its node
-    run = Run(args, resumed=resumed, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder and logs
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder, logs
     seed = rank_seed(args.seed, rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
-    seed_everything(seed, args.torch_deterministic)  # python, numpy, torch
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
     fused = args.fused_adam or None  # None: PyTorch's default Adam
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
-    done = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
-    if resumed:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
-        done = restore(resumed, agent, optimizer, envs, rank, args)
+    last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
+    if checkpoint:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
+        last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
     broadcast_parameters(agent, world_size)  # X2: every rank starts from rank 0's parameters
-    run.start(agent, optimizer, envs, done)
-    global_step, kl_beta = done.global_step, done.kl_beta
+    run.start(agent, optimizer, envs, last_update)
+    global_step, kl_beta = last_update.global_step, last_update.kl_beta
 
     # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one). The rewards and
     # episode ends stay on the host until the rollout ends: a step copies the observations in and the action out
@@ -427,7 +523,7 @@ def train(args: Args, stop_signals=()):
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
     next_done = torch.zeros(args.num_envs)
 
-    for iteration in range(done.iteration + 1, args.num_iterations + 1):
+    for iteration in range(last_update.iteration + 1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6

@@ -10,6 +10,7 @@ diff against ppo_continuous_action.py shows is what batching adds. No torchrun (
 """
 
 import os
+import random
 from dataclasses import dataclass
 from functools import partial
 from types import SimpleNamespace
@@ -26,10 +27,10 @@ from torch.distributions.normal import Normal
 
 from ppo_utils.checkpoints import Update, resume_command
 from ppo_utils.compiled import compiled_backward
-from ppo_utils.distributed import distributed_setup, launched_processes, seed_everything
-from ppo_utils.flag_checks import check_args
+from ppo_utils.distributed import distributed_setup, launched_processes
+from ppo_utils.flag_checks import ArgError, check_args
 from ppo_utils.run import STOPPED, Run, main
-from ppo_utils.seeds import agent_args, agent_infos, agent_state, check_finite, check_seeds, restore_agents, resume_agents
+from ppo_utils.seeds import agent_args, agent_infos, agent_state, check_finite, restore_agents, resume_agents
 from ppo_utils.seeds import stop_after_failure
 
 
@@ -150,7 +151,35 @@ class Args:
 
     script: ClassVar[str] = "ppo_continuous_action.py"  # each agent's checkpoint is a run of that script
     env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
-    minibatch_unit: ClassVar[str] = "batch_size"  # --num-minibatches must divide this
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1}  # --eval-checkpoint plays one env
+    # each numeric flag's range: flag -> (the test its value must pass, what the message "--flag value: ..." asks for; a
+    # value that turns a detail off says which). check_args tests them, and those of the run flags (ppo_utils.flag_checks)
+    flag_rules: ClassVar[dict] = {
+        "torch_threads": (lambda v: v >= 0, "pass a positive count, or 0 for torch's default"),
+        "num_envs": (lambda v: v >= 1, "pass a positive count"),
+        "num_steps": (lambda v: v >= 1, "pass a positive count"),
+        "clip_coef": (  # 0 is no "off": with it neither the policy (G1) nor the value (G4) may move from the rollout's
+            lambda v: v > 0,
+            "pass a clip range > 0; to turn clipping off use --surrogate unclipped (G1) and --no-clip-vloss (G4)",
+        ),
+        "kl_beta": (  # 0 is --surrogate unclipped, and kl-adaptive would never move it (it doubles or halves beta)
+            lambda v: v > 0,
+            "pass a KL penalty coefficient > 0; for no penalty use --surrogate unclipped",
+        ),
+        "kl_dtarg": (lambda v: v > 0, "pass a target KL > 0"),
+        "gamma": (lambda v: 0 <= v <= 1, "pass a discount in [0, 1]"),
+        "gae_lambda": (lambda v: 0 <= v <= 1, "pass a lambda in [0, 1] (--no-gae turns GAE off)"),
+        "ent_coef": (lambda v: v >= 0, "pass a coefficient >= 0 (0: no entropy bonus)"),
+        "vf_coef": (lambda v: v >= 0, "pass a coefficient >= 0"),
+        "learning_rate": (lambda v: v >= 0, "pass a learning rate > 0, or 0 to leave the agent as initialized"),
+        "num_minibatches": (lambda v: v >= 1, "pass a positive count (1: the full batch)"),
+        "update_epochs": (lambda v: v >= 1, "pass a positive count"),
+        "max_grad_norm": (lambda v: v >= 0, "pass a norm > 0, or 0 to turn G8 off"),
+        "adam_eps": (lambda v: v > 0, "pass an epsilon > 0 (Adam divides by it where a gradient is 0)"),
+        "target_kl": (lambda v: v >= 0, "pass a KL >= 0 (0: one epoch per update), or leave it unset (None) to turn X3 off"),
+        "clip_obs": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M2 off"),
+        "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
+    }
 
     @property
     def batch_size(self) -> int:
@@ -165,6 +194,30 @@ class Args:
         """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
         return self.total_timesteps // (self.batch_size * launched_processes())
 
+    def check(self, world_size: int, kind: str):
+        """How the flags fit together, for `world_size` processes (X2) on an env of `kind` (flag_checks.ENV_KINDS):
+        check_args calls this once each flag is in its range and the env id is one this script takes; ArgError for the
+        first misfit."""
+        if self.batch_size % self.num_minibatches:
+            raise ArgError(
+                f"--num-minibatches {self.num_minibatches} does not divide the batch of --num-envs {self.num_envs} x "
+                f"--num-steps {self.num_steps} = {self.batch_size}; choose a divisor of {self.batch_size}"
+            )
+        if self.norm_adv and self.minibatch_size == 1:
+            raise ArgError(
+                f"--num-minibatches {self.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
+                "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
+            )
+        if self.norm_per_env and self.vector_env != "sync":
+            raise ArgError(
+                "--norm-per-env keeps the statistics in each env, where checkpoints reach them with --vector-env sync only; "
+                "add --vector-env sync"
+            )
+        if self.norm_per_env and world_size > 1:
+            raise ArgError(
+                "--norm-per-env keeps statistics per env, which torchrun's ranks (X2) do not merge; drop one of them"
+            )
+
 
 @dataclass
 class SeedsArgs(Args):
@@ -177,6 +230,22 @@ class SeedsArgs(Args):
     """an agent.pt to play: each is a checkpoint of ppo_continuous_action.py, which plays it (this script says so)"""
 
     script: ClassVar[str] = os.path.basename(__file__)
+
+    def check(self, world_size: int, kind: str):
+        """Args.check, after the batched script's own rules: distinct seeds in numpy's range, one process, wandb for one
+        run."""
+        for seed in self.seeds:
+            if not 0 <= seed < 2**32:
+                raise ArgError(f"--seeds {seed}: pass seeds in 0 .. 2**32 - 1 (numpy's range)")
+        if not self.seeds or len(set(self.seeds)) < len(self.seeds):
+            raise ArgError(f"--seeds {' '.join(map(str, self.seeds))}: pass one or more distinct seeds")
+        if world_size > 1:
+            raise ArgError(f"{self.script} trains its agents in one process; for torchrun (X2) use ppo_continuous_action.py")
+        if self.track and len(self.seeds) > 1:
+            raise ArgError(
+                "--track sends one run per process to wandb; pass one seed, or `wandb sync` the runs' folders later"
+            )
+        super().check(world_size, kind)
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -219,6 +288,8 @@ def make_envs(args: SeedsArgs, video_folders=None) -> gym.vector.VectorEnv:
     if args.norm_obs:
         envs = NormalizeObservation(envs, num_agents, clip=args.clip_obs)  # M1, M2
     if args.norm_reward:
+        # M3 as gymnasium does it, unlike the reference at a termination only: the discounted return restarts before the
+        # terminating step's reward is added to the statistics, the reference's after (time-limit ends are the same)
         envs = NormalizeReward(envs, num_agents, gamma=args.gamma)  # M3
     if args.norm_reward and args.clip_reward > 0:
         envs = gym.wrappers.vector.ClipReward(envs, -args.clip_reward, args.clip_reward)  # M4
@@ -226,8 +297,8 @@ def make_envs(args: SeedsArgs, video_folders=None) -> gym.vector.VectorEnv:
 
 
 class NormalizeObservation(gym.vector.VectorWrapper):
-    """M1 and M2 as ppo_continuous_action.py does them (ppo_utils' NormalizeObservation: the reference's VecNormalize,
-    the final observation normalized but not counted), with the running mean and variance kept per agent: the statistics
+    """M1 and M2 as ppo_continuous_action.py does them (its NormalizeObservation: the reference's VecNormalize, the
+    final observation normalized but not counted), with the running mean and variance kept per agent: the statistics
     have a leading agent axis, and agent a's envs count toward and are normalized by row a alone."""
 
     def __init__(self, env: gym.vector.VectorEnv, num_agents: int, clip: float, epsilon: float = 1e-8):
@@ -485,7 +556,7 @@ def update_policy(agent, optimizers, batch, args: Args, clip_coef, kl_beta, shuf
     b_inds = np.tile(np.arange(args.batch_size), (num_agents, 1))
     agent_axis = torch.arange(num_agents, device=device)[:, None]
     running = [True] * num_agents  # X3: the agents whose update goes on
-    epochs, logged = [0] * num_agents, []  # each minibatch's statistics, and whose (the update logs each agent's mean)
+    epochs, all_mb_stats = [0] * num_agents, []  # each minibatch's statistics (the update logs each agent's mean)
     for epoch in range(args.update_epochs):
         for i in np.flatnonzero(running):
             shufflers[i].shuffle(b_inds[i])
@@ -495,7 +566,7 @@ def update_policy(agent, optimizers, batch, args: Args, clip_coef, kl_beta, shuf
             mb = {key: value[agent_axis, mb_inds] for key, value in batch.items()}
             agent.zero_grad()
             mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients; ppo_loss's statistics
-            logged.append(torch.stack(list(mb_stats.values()), dim=1))
+            all_mb_stats.append(torch.stack(list(mb_stats.values()), dim=1))
             for i in np.flatnonzero(running):
                 if args.max_grad_norm > 0:
                     nn.utils.clip_grad_norm_(agent.agents[i].parameters(), args.max_grad_norm)  # G8, per agent
@@ -507,8 +578,8 @@ def update_policy(agent, optimizers, batch, args: Args, clip_coef, kl_beta, shuf
             if not any(running):
                 break
     minibatches = torch.tensor(epochs, device=device)[:, None] * (args.batch_size // args.minibatch_size)
-    per_minibatch = torch.stack(logged)  # (minibatches, agents, statistics); an agent's first ones are its own
-    ran = torch.arange(len(logged), device=device)[:, None] < minibatches.T  # (minibatches, agents)
+    per_minibatch = torch.stack(all_mb_stats)  # (minibatches, agents, statistics); an agent's first ones are its own
+    ran = torch.arange(len(all_mb_stats), device=device)[:, None] < minibatches.T  # (minibatches, agents)
     means = (per_minibatch * ran[..., None]).sum(0) / minibatches
     return dict(zip(mb_stats, means.T)) | {"epochs": epochs}
 
@@ -540,21 +611,25 @@ def train(args: SeedsArgs, stop_signals=()):
     """The whole run of every agent; returns the agents, each one's episodic returns and the last rollout (for tests and
     notebooks). Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes
     the current env step, saves a checkpoint of every agent, closes everything and returns."""
-    args, resumed = resume_agents(args, Args)  # --resume: the runs go on with their checkpoints' flags (others are refused)
-    check_seeds(args)
+    args, checkpoints = resume_agents(args, Args)  # --resume: the runs go on with their checkpoints' flags (others refused)
     check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
     _, _, device = distributed_setup(args.cuda)
     num_agents = len(args.seeds)
     paths = args.resume or [None] * num_agents
-    runs = [Run(agent_args(args, Args, seed, path), resumed=checkpoint, rank=0, world_size=1, stop_signals=stop_signals)
-            for seed, checkpoint, path in zip(args.seeds, resumed, paths)]  # fmt: skip
+    runs = [Run(agent_args(args, Args, seed, path), resumed_from=checkpoint, rank=0, world_size=1, stop_signals=stop_signals)
+            for seed, checkpoint, path in zip(args.seeds, checkpoints, paths)]  # fmt: skip
+    torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
 
     envs = make_envs(args, [run.video_folder for run in runs])
     agents, optimizers, generators, shufflers = [], [], [], []
     fused = args.fused_adam or None  # None: PyTorch's default Adam
     for seed in args.seeds:  # each agent as ppo_continuous_action.py --seed `seed` makes it, with the streams it draws
-        seed_everything(seed, args.torch_deterministic)  # python, numpy, torch
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
         agents.append(Agent(envs, args).to(device))
         optimizers.append(torch.optim.Adam(agents[-1].parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused))
         generators.append(torch.Generator(device).manual_seed(seed))  # its actions' noise: torch's stream after the init
@@ -563,15 +638,14 @@ def train(args: SeedsArgs, stop_signals=()):
         shufflers.append(np.random.RandomState(seed))  # its minibatches' shuffles: numpy's stream
     agent = Agents(agents)
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
-    done = [Update(iteration=0, global_step=0, kl_beta=args.kl_beta)] * num_agents  # the last finished update: none yet
-    if resumed[0]:  # the checkpoints' parameters, optimizers, env statistics and RNG states replace those made above
-        done = restore_agents(args.resume, resumed, agents, optimizers, envs, shufflers, generators)
+    last_updates = [Update(iteration=0, global_step=0, kl_beta=args.kl_beta)] * num_agents  # each agent's: none yet
+    if checkpoints[0]:  # the checkpoints' parameters, optimizers, env statistics and RNG states replace those made above
+        last_updates = restore_agents(args.resume, checkpoints, agents, optimizers, envs, shufflers, generators)
     share = SimpleNamespace(num_envs=args.num_envs, close=envs.close)  # what a run reads of its envs: its agent's count
     for i, run in enumerate(runs):  # each run's checkpoints keep its agent's own state
-        run.start(
-            agents[i], optimizers[i], share, done[i], partial(agent_state, envs, i, shufflers, generators, args.num_envs)
-        )
-    global_step, kl_beta = done[0].global_step, [update.kl_beta for update in done]
+        state = partial(agent_state, envs, i, shufflers, generators, args.num_envs)
+        run.start(agents[i], optimizers[i], share, last_updates[i], state)
+    global_step, kl_beta = last_updates[0].global_step, [update.kl_beta for update in last_updates]
 
     # storage, with the agent axis after the step's; dones[t] = 1 where obs[t] is the first observation of a new episode
     # (step t-1 ended one). The rewards and episode ends stay on the host until the rollout ends: a step copies the
@@ -589,7 +663,7 @@ def train(args: SeedsArgs, stop_signals=()):
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(shape[1:] + next_obs.shape[1:])
     next_done = torch.zeros(shape[1:])
 
-    for iteration in range(done[0].iteration + 1, args.num_iterations + 1):
+    for iteration in range(last_updates[0].iteration + 1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
         if args.anneal_lr:
             for optimizer in optimizers:

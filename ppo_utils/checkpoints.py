@@ -1,7 +1,6 @@
 """Checkpoints: what one holds (the model, the optimizer, the counters, the env statistics, the RNG states, the flags),
-written durably and read without running code from the file; --resume (a run continues with its checkpoint's flags
-and as many processes, X2) and --eval-checkpoint (the saved agent plays its env; a recurrent agent carries its state
-from step to step, B3)."""
+written durably, read without running code from the file and checked whole before anything is made of it; --resume (a
+run continues with its checkpoint's flags and as many processes, X2). --eval-checkpoint's play is run.evaluate's."""
 
 import io
 import os
@@ -9,7 +8,6 @@ import random
 import re
 import shlex
 import sys
-import time
 import types
 import typing
 import warnings
@@ -21,9 +19,9 @@ from typing import Literal, NamedTuple
 import numpy as np
 import torch
 
-from .distributed import launched_processes, rank_seed, seed_everything
-from .env_adapters import env_statistics, finished_episodes, set_env_statistics
-from .flag_checks import ArgError, check_args, check_flags, is_folder_name, run_name_part
+from .distributed import launched_processes, rank_seed
+from .env_statistics import env_statistics, set_env_statistics
+from .flag_checks import ArgError, check_args, is_folder_name, run_name_part
 
 
 class CheckpointError(OSError):
@@ -225,8 +223,8 @@ def check_restorable(checkpoint, flag, path, agent, optimizer, env_stats, same_c
     """ArgError unless the checkpoint's model, optimizer state (optimizer None: not restored) and env statistics fit the
     agent, optimizer and env statistics (env_statistics()) this run made from the checkpoint's flags: a model of another
     env or network, an empty or partial Adam state after updates, statistics missing where the flags keep them. Checks
-    only: nothing is loaded. same_count: as many statistics entries as envs with --norm-per-env (an evaluation's single
-    env takes the first)."""
+    only: nothing is loaded. same_count: as many statistics entries as envs where each env normalizes by itself (an
+    evaluation's single env takes the first)."""
     model, own = checkpoint["model"], agent.state_dict()
     if not isinstance(model, dict) or not all(isinstance(tensor, torch.Tensor) for tensor in model.values()):
         raise damaged(flag, path, "a model that is not a set of named tensors")
@@ -311,7 +309,7 @@ def resume_flags(args, world_size=None):
     if not args.resume and not restart:
         return args, None
     world_size = world_size or launched_processes()
-    resumed = load_checkpoint(args.resume or restart, "--resume", args)
+    checkpoint = load_checkpoint(args.resume or restart, "--resume", args)
     default = type(args)()
     typed = typed_flags(args)
     changed = [
@@ -322,24 +320,24 @@ def resume_flags(args, world_size=None):
     if changed and not restart:  # a restarted job's flags are those it was launched with, which its checkpoint holds
         raise ArgError(f"--resume continues the run with its own flags; drop {flag_names(changed)}")
     args = replace(args, resume=args.resume or restart)
-    saved = resumed.get("world_size", 1), resumed.get("local_world_size", 1)
+    saved = checkpoint.get("world_size", 1), checkpoint.get("local_world_size", 1)
     if saved[0] != world_size:
         processes = f"{saved[0]} process{'es' if saved[0] > 1 else ''}"
         raise ArgError(
             f"--resume {args.resume} continues a run of {processes}, not {world_size}; continue it with: "
             + resume_command(args.script, args.resume, *saved)
         )
-    args = replace(type(args)(**resumed["args"]), resume=args.resume)
+    args = replace(type(args)(**checkpoint["args"]), resume=args.resume)
     checked_saved_flags(args, "--resume", args.resume, world_size)
     updates = args.total_timesteps // (args.batch_size * world_size)
-    if resumed["global_step"] != resumed["iteration"] * args.batch_size * world_size:
-        raise damaged("--resume", args.resume, f"step {resumed['global_step']} after update {resumed['iteration']}")
-    if resumed["iteration"] >= updates:
+    if checkpoint["global_step"] != checkpoint["iteration"] * args.batch_size * world_size:
+        raise damaged("--resume", args.resume, f"step {checkpoint['global_step']} after update {checkpoint['iteration']}")
+    if checkpoint["iteration"] >= updates:
         raise ArgError(
-            f"--resume {args.resume}: the run finished all its {updates} updates (step {resumed['global_step']}); "
+            f"--resume {args.resume}: the run finished all its {updates} updates (step {checkpoint['global_step']}); "
             f"nothing is left to train; play it with --eval-checkpoint {args.resume}"
         )
-    return args, resumed
+    return args, checkpoint
 
 
 def checked_saved_flags(args, flag, path, world_size=None):
@@ -378,7 +376,7 @@ COMMAND_LINE = []  # the words after the script's name, where main() runs it fro
 
 
 def typed_flags(args):
-    """The names of args' fields whose flags COMMAND_LINE names (--learning-rate 0.0003, --no-anneal-lr, --seed=2)."""
+    """The names of args' fields whose flags COMMAND_LINE names (--total-timesteps 2048, --no-save-model, --seed=2)."""
     names = {field.name.replace("_", "-"): field.name for field in fields(args)}
     names |= {f"no-{flag}": name for flag, name in names.items()}
     typed = set()
@@ -398,18 +396,21 @@ class Update(NamedTuple):
     kl_beta: float
 
 
-def restore(resumed, agent, optimizer, envs, rank, args):
+def restore(checkpoint, agent, optimizer, envs, rank, args):
     """--resume: loads the checkpoint's parameters, optimizer, env statistics and RNG states into what train() made and
     seeded (X2: rank 0's RNG states; the other ranks draw numbers of their own from a seed moved on by the step).
     Returns the Update the checkpoint ended."""
-    check_restorable(resumed, "--resume", args.resume, agent, optimizer, env_statistics(envs))
-    agent.load_state_dict(resumed["model"])
-    optimizer.load_state_dict(optimizer_in_current_order(resumed["optimizer"], resumed["model"], agent))
-    set_env_statistics(envs, resumed["env_stats"])
-    set_rng_state(resumed["rng"])
-    if rank > 0:
-        seed_everything(rank_seed(args.seed + resumed["global_step"], rank), args.torch_deterministic)
-    return Update(resumed["iteration"], resumed["global_step"], resumed["kl_beta"])
+    check_restorable(checkpoint, "--resume", args.resume, agent, optimizer, env_statistics(envs))
+    agent.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(optimizer_in_current_order(checkpoint["optimizer"], checkpoint["model"], agent))
+    set_env_statistics(envs, checkpoint["env_stats"])
+    set_rng_state(checkpoint["rng"])
+    if rank > 0:  # python, numpy and torch, as train() seeds them
+        seed = rank_seed(args.seed + checkpoint["global_step"], rank)
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+    return Update(checkpoint["iteration"], checkpoint["global_step"], checkpoint["kl_beta"])
 
 
 def optimizer_in_current_order(saved, model, agent):
@@ -452,8 +453,8 @@ class Checkpoints:
             learning_rates = [group["lr"] for group in optimizer.param_groups]
             self.kept = (state or {"rng": rng_state(), "env_stats": env_statistics(envs)}) | {"lr": learning_rates}
 
-    def save(self, agent, optimizer, done: Update, wandb_id):
-        """Writes the checkpoint of the finished update `done` with the kept state."""
+    def save(self, agent, optimizer, last_update: Update, wandb_id):
+        """Writes the checkpoint of the finished update `last_update` with the kept state."""
         optimizer = optimizer.state_dict()  # its param_groups are copies
         for group, lr in zip(optimizer["param_groups"], self.kept["lr"]):
             group["lr"] = lr  # G6 may have annealed it for the rollout the stop dropped
@@ -467,60 +468,12 @@ class Checkpoints:
                 "rng": self.kept["rng"],
                 "args": asdict(self.args),
                 "run_name": self.name,
-                "iteration": done.iteration,
-                "global_step": done.global_step,
-                "kl_beta": done.kl_beta,
+                "iteration": last_update.iteration,
+                "global_step": last_update.global_step,
+                "kl_beta": last_update.kl_beta,
                 "wandb_id": wandb_id,
                 "world_size": self.world_size,  # X2: a resumed run must have as many processes
                 "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
                 "torchrun_job": os.environ.get("TORCHELASTIC_RUN_ID") if self.world_size > 1 else None,  # its restarts
             },
         )
-
-
-def evaluate(args, make_envs, Agent):
-    """--eval-checkpoint: the saved agent plays --eval-episodes episodes in one env made with the flags that trained it,
-    its actions sampled as in training, the env statistics frozen at their saved values; videos and the seed come from
-    `args`. A recurrent agent (one with initial_state) carries its state from step to step (B3). Prints and returns the
-    episodic returns. The env is the checkpoint's: an --env-id that differs from it is refused, unless it is the
-    script's default, which cannot be told from no --env-id at all (tyro fills it in) and is therefore let through."""
-    check_flags(args)  # --eval-episodes, --seed; the training flags are the checkpoint's, checked below
-    checkpoint = load_checkpoint(args.eval_checkpoint, "--eval-checkpoint", args)
-    env_id = checkpoint["args"]["env_id"]
-    if args.env_id not in (env_id, type(args)().env_id):
-        raise ArgError(
-            f"--env-id {args.env_id} is not the env of --eval-checkpoint {args.eval_checkpoint}, which was trained on "
-            f"{env_id}; drop --env-id (the checkpoint's env is played) or pass --env-id {env_id}"
-        )
-    print(f"evaluating {args.eval_checkpoint} on {env_id} over {args.eval_episodes} episodes", flush=True)
-    train_args = replace(
-        type(args)(**checkpoint["args"]), num_envs=1, num_minibatches=1, capture_video=args.capture_video, seed=args.seed
-    )
-    checked_saved_flags(train_args, "--eval-checkpoint", args.eval_checkpoint)
-    torch.manual_seed(args.seed)
-    name = f"{run_name_part(train_args.env_id)}__{args.exp_name}-eval__{args.seed}__{int(time.time())}"
-    video_folder = os.path.join(new_run_folder(name), "videos") if args.capture_video else None  # runs/<name>/videos
-    envs = make_envs(train_args, video_folder)
-    agent = Agent(envs, train_args)
-    check_restorable(checkpoint, "--eval-checkpoint", args.eval_checkpoint, agent, None, env_statistics(envs), False)
-    agent.load_state_dict(checkpoint["model"])
-    set_env_statistics(envs, checkpoint["env_stats"], frozen=True)
-
-    episodic_returns = []
-    next_obs, _ = envs.reset(seed=args.seed)
-    next_done, state = torch.zeros(1), agent.initial_state(1) if hasattr(agent, "initial_state") else None
-    while len(episodic_returns) < args.eval_episodes:
-        obs = torch.as_tensor(next_obs, dtype=torch.uint8 if next_obs.dtype == np.uint8 else torch.float32)
-        with torch.inference_mode():
-            if state is None:
-                action = agent.get_action_and_value(obs)[0]
-            else:
-                action, _, _, _, state = agent.get_action_and_value(obs, state, next_done)
-        next_obs, _, terminations, truncations, infos = envs.step(action.numpy())
-        next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
-        episodic_returns += [episodic_return for _, episodic_return in finished_episodes(infos)]
-    envs.close()
-    mean, std = np.mean(episodic_returns), np.std(episodic_returns)
-    episodes = len(episodic_returns)
-    print(f"eval {args.eval_checkpoint} on {env_id}: mean return {mean:.1f} +- {std:.1f} over {episodes} episodes")
-    return episodic_returns

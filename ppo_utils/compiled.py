@@ -54,7 +54,7 @@ def compiled_backward(loss_fn, agent, device):
         assert agent_ is agent, "compiled_backward serves the agent it was built for"
         if not compiled[0]:
             return plain(agent_, *args)
-        # floats (clip_coef, kl_beta) go in as tensors: the graph would be rebuilt for each new value of an annealed one
+        # floats (X1's annealed clip range, G1's adaptive beta) go in as tensors: the graph would be rebuilt for each value
         tensors = [torch.tensor(a, device=device) if isinstance(a, float) else a for a in args]
         try:
             grads, stats = grads_and_stats({name: p.detach() for name, p in params.items()}, *tensors)

@@ -1,30 +1,21 @@
 """X2, the update run in parallel by several processes under torchrun: the process group and each rank's device,
-each rank's seed, and the averaging that keeps the ranks' parameters and normalization statistics identical (the
-gradients before each optimizer step, the M1/M3 statistics after each update). A single process (no torchrun) is rank
-0 of 1, for which each of these leaves everything as it is."""
+each rank's seed (train() seeds with it), and the averaging that keeps the ranks' parameters and normalization
+statistics identical (the gradients before each optimizer step, the M1/M3 statistics after each update). A single
+process (no torchrun) is rank 0 of 1, for which each of these leaves everything as it is."""
 
 import os
-import random
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from .env_adapters import env_statistics, set_env_statistics
+from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import ArgError
 
 
 def launched_processes():
     """X2: how many processes torchrun started for this run (its WORLD_SIZE); 1 for a plain run."""
     return int(os.environ.get("WORLD_SIZE", 1))
-
-
-def seed_everything(seed, torch_deterministic=True):
-    """Seeds python, numpy and torch; sets `torch.backends.cudnn.deterministic`."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.backends.cudnn.deterministic = torch_deterministic
 
 
 def rank_seed(seed, rank):

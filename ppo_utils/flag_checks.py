@@ -1,6 +1,8 @@
-"""The flag checks every script runs before anything starts (before a run folder exists): each numeric flag's range,
-how the flags fit together, and whether the env id is one the script trains on. A bad command line ends in ArgError,
-whose one-line message names the flag and the fix (ppo_utils.run.main prints it). No PPO detail is decided here."""
+"""The flag checks every script runs before anything starts (before a run folder exists): each flag's range, the env
+id (one of the kinds the script trains on), and how the flags fit together. The rules of a script's own flags are its
+Args' (`flag_rules`, `check`); those here are the run flags' that this package reads, and the env ids'. A bad command
+line ends in ArgError, whose one-line message names the flag and the fix (ppo_utils.run.main prints it). No PPO detail
+is decided here."""
 
 import importlib
 import os
@@ -15,42 +17,14 @@ class ArgError(ValueError):
     """A bad command line: the message names the flag and the fix."""
 
 
-# what each numeric flag of the scripts takes, where a script has it: flag -> (the test its value must pass, what the
-# message asks for). The message is "--flag value: what it asks for"; a flag that a value turns off says which. An unset
-# optional flag (None) is not tested; a float must first be finite (tyro reads "nan" and "inf").
-FLAG_RULES = {
+# what each numeric run flag that this package reads takes: flag -> (the test its value must pass, what the message asks
+# for). The message is "--flag value: what it asks for". A script's Args adds the rules of its own flags (`flag_rules`, in
+# the same form); an unset optional flag (None) is not tested; a float must first be finite (tyro reads "nan" and "inf").
+RUN_FLAG_RULES = {
     "seed": (lambda v: 0 <= v < 2**32, "pass a seed in 0 .. 2**32 - 1 (numpy's range)"),
-    "torch_threads": (lambda v: v >= 0, "pass a positive count, or 0 for torch's default"),
     "checkpoint_interval": (lambda v: v >= 0, "pass a count of updates, or 0 for none (unset: every 100 with --save-model)"),
     "eval_episodes": (lambda v: v >= 1, "pass 1 or more"),
     "total_timesteps": (lambda v: v >= 1, "pass a positive count"),
-    "num_envs": (lambda v: v >= 1, "pass a positive count"),
-    "num_steps": (lambda v: v >= 1, "pass a positive count"),
-    "clip_coef": (  # 0 is no "off": with it neither the policy (G1) nor the value (G4) may move from the rollout's
-        lambda v: v > 0,
-        "pass a clip range > 0; to turn clipping off use --surrogate unclipped (G1) and --no-clip-vloss (G4)",
-    ),
-    "kl_beta": (  # 0 is --surrogate unclipped, and kl-adaptive would never move it (it doubles or halves beta)
-        lambda v: v > 0,
-        "pass a KL penalty coefficient > 0; for no penalty use --surrogate unclipped",
-    ),
-    "kl_dtarg": (lambda v: v > 0, "pass a target KL > 0"),
-    "gamma": (lambda v: 0 <= v <= 1, "pass a discount in [0, 1]"),
-    "gae_lambda": (lambda v: 0 <= v <= 1, "pass a lambda in [0, 1] (--no-gae turns GAE off)"),
-    "ent_coef": (lambda v: v >= 0, "pass a coefficient >= 0 (0: no entropy bonus)"),
-    "vf_coef": (lambda v: v >= 0, "pass a coefficient >= 0"),
-    "learning_rate": (lambda v: v >= 0, "pass a learning rate > 0, or 0 to leave the agent as initialized"),
-    "num_minibatches": (lambda v: v >= 1, "pass a positive count (1: the full batch)"),
-    "update_epochs": (lambda v: v >= 1, "pass a positive count"),
-    "max_grad_norm": (lambda v: v >= 0, "pass a norm > 0, or 0 to turn G8 off"),
-    "adam_eps": (lambda v: v > 0, "pass an epsilon > 0 (Adam divides by it where a gradient is 0)"),
-    "clip_obs": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M2 off"),
-    "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
-    "noop_max": (lambda v: v >= 0, "pass a count of no-ops, or 0 to turn A1 off"),
-    "frame_skip": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A4 off"),
-    "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
-    "target_kl": (lambda v: v >= 0, "pass a KL >= 0 (0: one epoch per update), or leave it unset (None) to turn X3 off"),
-    "rnn_hidden_size": (lambda v: v >= 1, "pass a positive size"),
 }
 
 
@@ -158,11 +132,12 @@ def run_name_part(env_id):
 
 
 def check_flags(args) -> None:
-    """Checks each numeric flag of `args` against FLAG_RULES, the finiteness of every float flag first, and
-    --exp-name, which names a folder; ArgError names the first flag out of its range."""
+    """Checks each numeric flag of `args` against its rule (RUN_FLAG_RULES and its Args' flag_rules), the finiteness
+    of every float flag first, and --exp-name, which names a folder; ArgError names the first flag out of its range."""
+    rules = RUN_FLAG_RULES | args.flag_rules
     for field in fields(args):
         value = getattr(args, field.name)
-        rule, fix = FLAG_RULES.get(field.name, (lambda v: True, "pass a finite number"))
+        rule, fix = rules.get(field.name, (lambda v: True, "pass a finite number"))
         if (isinstance(value, float) and not np.isfinite(value)) or (value is not None and not rule(value)):
             raise ArgError(f"--{field.name.replace('_', '-')} {value}: {fix}")
     check_name("--exp-name", args.exp_name)
@@ -171,68 +146,46 @@ def check_flags(args) -> None:
 
 
 def check_args(args, world_size=None) -> None:
-    """Validates the flags (FLAG_RULES, then how they fit together) and the env id before anything starts, before any
-    run folder too; raises ArgError with a one-line message. What a
-    script accepts comes from its Args: `env_kinds` (keys of ENV_KINDS) and `minibatch_unit` ("batch_size": any split
-    of the batch; "num_envs": minibatches of whole env sequences). world_size: the processes under torchrun (X2), each
-    collecting a batch of its own."""
+    """Validates the flags and the env id before anything starts, before any run folder too; raises ArgError with a
+    one-line message. In order: each flag's range (check_flags), the env id (one of the kinds of ENV_KINDS in its Args'
+    `env_kinds`), the step budget, how the script's flags fit together (its Args' `check(world_size, kind)`), and
+    whether --capture-video can record here. world_size: the processes under torchrun (X2), each collecting a batch of
+    its own."""
     world_size = world_size or int(os.environ.get("WORLD_SIZE", 1))  # X2: torchrun's processes
     check_flags(args)
-    if getattr(args, args.minibatch_unit) % args.num_minibatches:
-        whole = getattr(args, args.minibatch_unit)
-        of = f"--num-envs {whole} (minibatches are made of whole env sequences)"
-        if args.minibatch_unit == "batch_size":
-            of = f"the batch of --num-envs {args.num_envs} x --num-steps {args.num_steps} = {whole}"
-        raise ArgError(f"--num-minibatches {args.num_minibatches} does not divide {of}; choose a divisor of {whole}")
-    if args.norm_adv and args.minibatch_size == 1:
-        raise ArgError(
-            f"--num-minibatches {args.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
-            "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
-        )
+    kind = check_env_id(args.env_id, args.env_kinds)
     if args.total_timesteps < args.batch_size * world_size:
         batch = f"one batch ({args.batch_size})"
         if world_size > 1:
             batch = f"one update of {world_size} processes ({world_size} x {args.batch_size} = {args.batch_size * world_size})"
         raise ArgError(f"--total-timesteps {args.total_timesteps} is less than {batch}; raise it")
-    if getattr(args, "norm_per_env", False) and args.vector_env != "sync":
-        raise ArgError("--norm-per-env keeps the statistics in each env, where checkpoints reach them with --vector-env sync "
-                       "only; add --vector-env sync")
-    if getattr(args, "norm_per_env", False) and world_size > 1:
-        raise ArgError("--norm-per-env keeps statistics per env, which torchrun's ranks (X2) do not merge; drop one of them")
-    if args.vector_env == "envpool" and args.capture_video:
-        raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
-    if args.vector_env == "envpool" and getattr(args, "noop_max", 1) == 0:
-        raise ArgError("envpool cannot turn A1 off (--noop-max 0); add --vector-env sync")
-    if getattr(args, "gray_after_resize", False) and not args.warp_frame:
-        raise ArgError("--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two")
-    if args.vector_env == "envpool" and getattr(args, "gray_after_resize", False):
-        raise ArgError("envpool grays its frames its own way, not with --gray-after-resize; add --vector-env sync")
-
-    accepted = " or ".join(ENV_KINDS[kind].description for kind in args.env_kinds)
-    try:
-        spec = find_spec(args.env_id)
-    except gym.error.Error:
-        hint = f"this script takes {accepted}, e.g. {ENV_KINDS[args.env_kinds[0]].example}"
-        if "atari" not in args.env_kinds and ("NoFrameskip" in args.env_id or args.env_id.startswith("ALE/")):
-            hint = "it is an Atari game: use ppo_atari.py"
-        raise ArgError(f"--env-id {args.env_id} is not a registered gymnasium environment; {hint}") from None
-    kind, action_space = env_kind(args.env_id)
-    if kind not in args.env_kinds:
-        what = "it is an Atari game" if kind == "atari" else f"it has a {action_space} action space"
-        raise ArgError(f"--env-id {args.env_id} is not {accepted}: {what}; use {ENV_KINDS[kind].script}")
-    if kind == "atari" and spec.kwargs.get("frameskip", 1) != 1:
-        raise ArgError(
-            f"--env-id {args.env_id} skips frames itself; use the NoFrameskip-v4 id of the game so that A4 "
-            "(--frame-skip) does the skipping"
-        )
-    if kind != "atari" and args.vector_env == "envpool":
-        raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
-    if args.vector_env == "envpool" and ":" in args.env_id:  # envpool looks the game up by its registered id
-        raise ArgError(f"--vector-env envpool takes the game's registered id: pass --env-id {args.env_id.split(':', 1)[1]}")
+    args.check(world_size, kind)
     if kind != "atari" and args.capture_video:
         check_rendering(args.env_id, kind)
     if args.capture_video:
         check_video_writer()
+
+
+def check_env_id(env_id, env_kinds):
+    """The kind (a key of ENV_KINDS) of `env_id`; ArgError unless it is registered and one of `env_kinds`, the kinds the
+    script trains on (an Atari game as its NoFrameskip id)."""
+    accepted = " or ".join(ENV_KINDS[kind].description for kind in env_kinds)
+    try:
+        spec = find_spec(env_id)
+    except gym.error.Error:
+        hint = f"this script takes {accepted}, e.g. {ENV_KINDS[env_kinds[0]].example}"
+        if "atari" not in env_kinds and ("NoFrameskip" in env_id or env_id.startswith("ALE/")):
+            hint = "it is an Atari game: use ppo_atari.py"
+        raise ArgError(f"--env-id {env_id} is not a registered gymnasium environment; {hint}") from None
+    kind, action_space = env_kind(env_id)
+    if kind not in env_kinds:
+        what = "it is an Atari game" if kind == "atari" else f"it has a {action_space} action space"
+        raise ArgError(f"--env-id {env_id} is not {accepted}: {what}; use {ENV_KINDS[kind].script}")
+    if kind == "atari" and spec.kwargs.get("frameskip", 1) != 1:
+        raise ArgError(
+            f"--env-id {env_id} skips frames itself; use the NoFrameskip-v4 id of the game so that A4 does the skipping"
+        )
+    return kind
 
 
 def check_video_writer():

@@ -1,7 +1,7 @@
 """A training run's life cycle around the algorithm, which the three scripts share: the command line (`main`: training
-or evaluation, stop signals in, one-line errors out), and `Run` (the run's folder, then each step's and each update's
-bookkeeping: the NaN guard, `RunLog`'s TensorBoard, wandb and progress lines, `Checkpoints`, the last lines that say
-where everything went). It decides no PPO detail."""
+or evaluation, stop signals in, one-line errors out), `evaluate` (--eval-checkpoint: the saved agent plays its env),
+and `Run` (the run's folder, then each step's and each update's bookkeeping: the NaN guard, `RunLog`'s TensorBoard,
+wandb and progress lines, `Checkpoints`, the last lines that say where everything went). It decides no PPO detail."""
 
 import errno
 import fcntl
@@ -16,7 +16,7 @@ import time
 import traceback
 import warnings
 from collections import deque
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from glob import escape as glob_escape
 from glob import glob
 
@@ -26,10 +26,11 @@ import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
 from . import checkpoints
-from .checkpoints import CheckpointError, Checkpoints, Update, evaluate, new_run_folder, resume_command, script_as_started
+from .checkpoints import CheckpointError, Checkpoints, Update, check_restorable, checked_saved_flags, load_checkpoint
+from .checkpoints import new_run_folder, resume_command, script_as_started
 from .distributed import all_ranks_mean
-from .env_adapters import finished_episodes
-from .flag_checks import ArgError, run_name_part
+from .env_statistics import env_statistics, set_env_statistics
+from .flag_checks import ArgError, check_flags, run_name_part
 
 
 class LogWriteError(OSError):
@@ -91,6 +92,63 @@ def run_or_say_why(args, train, make_envs, Agent):
         sys.exit(130)
 
 
+def evaluate(args, make_envs, Agent):
+    """--eval-checkpoint: the saved agent plays --eval-episodes episodes in one env made with the flags that trained it,
+    its actions sampled as in training, the env statistics frozen at their saved values; videos and the seed come from
+    `args`. A recurrent agent (one with initial_state) carries its state from step to step (B3). Prints and returns the
+    episodic returns. The env is the checkpoint's: an --env-id that differs from it is refused, unless it is the
+    script's default, which cannot be told from no --env-id at all (tyro fills it in) and is therefore let through."""
+    check_flags(args)  # --eval-episodes, --seed; the training flags are the checkpoint's, checked below
+    checkpoint = load_checkpoint(args.eval_checkpoint, "--eval-checkpoint", args)
+    env_id = checkpoint["args"]["env_id"]
+    if args.env_id not in (env_id, type(args)().env_id):
+        raise ArgError(
+            f"--env-id {args.env_id} is not the env of --eval-checkpoint {args.eval_checkpoint}, which was trained on "
+            f"{env_id}; drop --env-id (the checkpoint's env is played) or pass --env-id {env_id}"
+        )
+    print(f"evaluating {args.eval_checkpoint} on {env_id} over {args.eval_episodes} episodes", flush=True)
+    one_env = type(args).eval_flags  # the script's flags for one env
+    train_args = replace(type(args)(**checkpoint["args"]), **one_env, capture_video=args.capture_video, seed=args.seed)
+    checked_saved_flags(train_args, "--eval-checkpoint", args.eval_checkpoint)
+    torch.manual_seed(args.seed)
+    name = f"{run_name_part(train_args.env_id)}__{args.exp_name}-eval__{args.seed}__{int(time.time())}"
+    video_folder = os.path.join(new_run_folder(name), "videos") if args.capture_video else None  # runs/<name>/videos
+    envs = make_envs(train_args, video_folder)
+    agent = Agent(envs, train_args)
+    check_restorable(checkpoint, "--eval-checkpoint", args.eval_checkpoint, agent, None, env_statistics(envs), False)
+    agent.load_state_dict(checkpoint["model"])
+    set_env_statistics(envs, checkpoint["env_stats"], frozen=True)
+
+    episodic_returns = []
+    next_obs, _ = envs.reset(seed=args.seed)
+    next_done, state = torch.zeros(1), agent.initial_state(1) if hasattr(agent, "initial_state") else None
+    while len(episodic_returns) < args.eval_episodes:
+        obs = torch.as_tensor(next_obs, dtype=torch.uint8 if next_obs.dtype == np.uint8 else torch.float32)
+        with torch.inference_mode():
+            if state is None:
+                action = agent.get_action_and_value(obs)[0]
+            else:
+                action, _, _, _, state = agent.get_action_and_value(obs, state, next_done)
+        next_obs, _, terminations, truncations, infos = envs.step(action.numpy())
+        next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
+        episodic_returns += [episodic_return for _, episodic_return in finished_episodes(infos)]
+    envs.close()
+    mean, std = np.mean(episodic_returns), np.std(episodic_returns)
+    episodes = len(episodic_returns)
+    print(f"eval {args.eval_checkpoint} on {env_id}: mean return {mean:.1f} +- {std:.1f} over {episodes} episodes")
+    return episodic_returns
+
+
+def finished_episodes(infos):
+    """(env index, return) of each episode that ended in this step: with SAME_STEP autoreset its statistics (those of
+    gymnasium's RecordEpisodeStatistics) are in infos["final_info"]."""
+    final_info = infos.get("final_info", {})
+    if "episode" not in final_info:
+        return []
+    ended = np.flatnonzero(final_info["_episode"])
+    return list(zip(ended.tolist(), final_info["episode"]["r"][ended].tolist()))
+
+
 def from_collective(error):
     """Whether `error` was raised inside torch.distributed (gloo's lost connection, NCCL's error)."""
     return any(f"torch{os.sep}distributed" in frame.filename for frame in traceback.extract_tb(error.__traceback__))
@@ -123,7 +181,7 @@ def stop_on_signals():
     stop_signals, first_time, trainer = [], [], os.getpid()
 
     def on_signal(signum, frame):
-        if os.getpid() != trainer:  # an env worker of --vector-env async (forked with this handler): the trainer stops it
+        if os.getpid() != trainer:  # an env worker of an AsyncVectorEnv (forked with this handler): the trainer stops it
             return
         rank0 = int(os.environ.get("RANK", 0)) == 0
         if signum == signal.SIGINT and first_time and time.monotonic() - first_time[0] > 1.0:
@@ -145,20 +203,20 @@ class RunLog:
     """What a run reports, on rank 0 (X2: the other ranks pass their episodes to it): TensorBoard scalars, wandb with
     --track (and its videos), the episodes that ended, the SPS and a progress line every 10 s."""
 
-    def __init__(self, args, folder, video_folder, rank, world_size, resumed=None, stop_signals=()):
+    def __init__(self, args, folder, video_folder, rank, world_size, resumed_from=None, stop_signals=()):
         self.args, self.video_folder, self.rank, self.world_size = args, video_folder, rank, world_size
         self.stop_signals = stop_signals
         self.track = args.track and rank == 0
         self.wandb_id = None
         if self.track:
-            self.wandb_id = start_wandb(args, folder, resumed["wandb_id"] if resumed else None)
+            self.wandb_id = start_wandb(args, folder, resumed_from["wandb_id"] if resumed_from else None)
         self.writer = None
         if rank == 0:
             # on resume, TensorBoard hides what the interrupted run logged after its checkpoint: no step appears twice
             threading.excepthook = quiet_log_writer
             try:
-                self.writer = SummaryWriter(folder, purge_step=resumed["global_step"] + 1 if resumed else None)
-                if resumed is None:
+                self.writer = SummaryWriter(folder, purge_step=resumed_from["global_step"] + 1 if resumed_from else None)
+                if resumed_from is None:
                     table = "\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])
                     self.writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
             except OSError as e:
@@ -239,46 +297,46 @@ class Run:
 
     active = []  # the runs of this process not yet closed: where a write fails, main() names their checkpoints
 
-    def __init__(self, args, *, resumed, rank, world_size, stop_signals=()):
-        if args.torch_threads > 0:
-            torch.set_num_threads(args.torch_threads)
-        self.args, self.resumed, self.rank, self.world_size = args, resumed, rank, world_size
+    def __init__(self, args, *, resumed_from, rank, world_size, stop_signals=()):
+        """resumed_from: the checkpoint a resumed run continues from (as resume_flags loaded it); None for a new run."""
+        self.args, self.resumed_from, self.rank, self.world_size = args, resumed_from, rank, world_size
         self.stop_signals, self.stopping, self.steps_unchecked, self.log = stop_signals, False, 0, None
-        self.folder = run_folder(args, resumed, rank, world_size)
+        self.folder = run_folder(args, resumed_from, rank, world_size)
         self.name = os.path.basename(os.path.abspath(self.folder))
         self.lock = lock_run_folder(self.folder, args.resume) if rank == 0 else None  # X2: rank 0 writes the folder
         # videos of env 0; each resumed session's in a new folder of their own, so that no video is overwritten
-        videos = f"videos-from-step-{resumed['global_step']}" if resumed else "videos"
+        videos = f"videos-from-step-{resumed_from['global_step']}" if resumed_from else "videos"
         self.video_folder = new_name(os.path.join(self.folder, videos))
         self.checkpoints = Checkpoints(args, self.folder, rank, world_size)
         Run.active.append(self)
         trained = args.num_iterations * args.batch_size * world_size
         chosen = "total_timesteps" in checkpoints.typed_flags(args) or args.total_timesteps != type(args)().total_timesteps
-        if rank == 0 and trained != args.total_timesteps and not resumed and chosen:  # not for a default the user left
+        if rank == 0 and trained != args.total_timesteps and not resumed_from and chosen:  # not for a default the user left
             print(
                 f"note: --total-timesteps {args.total_timesteps} is not a whole number of updates of "
                 f"{args.batch_size * world_size} steps: the run trains {trained} ({args.num_iterations} updates)",
                 file=sys.stderr,
             )
 
-    def start(self, agent, optimizer, envs, done: Update, state=None):
+    def start(self, agent, optimizer, envs, last_update: Update, state=None):
         """Takes what the checkpoints save, and the update the run starts after (none yet: iteration 0); opens the logs
         (so that a resumed checkpoint that fails its checks leaves its run folder as it was). state: a function
         returning the "rng" and "env_stats" a checkpoint keeps, where the run's are not this process's RNG states and the
         envs' statistics (ppo_continuous_action_seeds.py: each agent's own); envs: what the run reads of its envs, their
         num_envs and close()."""
-        self.agent, self.optimizer, self.envs, self.done, self.state = agent, optimizer, envs, done, state
+        self.agent, self.optimizer, self.envs, self.last_update, self.state = agent, optimizer, envs, last_update, state
         try:
             self.log = RunLog(
-                self.args, self.folder, self.video_folder, self.rank, self.world_size, self.resumed, self.stop_signals
+                self.args, self.folder, self.video_folder, self.rank, self.world_size, self.resumed_from, self.stop_signals
             )
         except ArgError:
             envs.close()
             self.abandon()
             raise
-        if self.resumed and self.rank == 0:
-            print(f"resumed {self.name} after update {done.iteration} (step {done.global_step}); the envs start new episodes")
-        self.log.start(envs.num_envs, done.global_step, self.args.num_iterations * self.args.batch_size * self.world_size)
+        last, steps = last_update, self.args.num_iterations * self.args.batch_size * self.world_size
+        if self.resumed_from and self.rank == 0:
+            print(f"resumed {self.name} after update {last.iteration} (step {last.global_step}); the envs start new episodes")
+        self.log.start(envs.num_envs, last.global_step, steps)
         self.checkpoints.keep(optimizer, envs, state and state())
 
     def abandon(self):
@@ -289,7 +347,7 @@ class Run:
             os.close(self.lock)
         if self.rank == 0 and os.path.isdir(self.video_folder) and not os.listdir(self.video_folder):
             os.rmdir(self.video_folder)
-        if self.rank == 0 and not self.resumed and os.path.isdir(self.folder):
+        if self.rank == 0 and not self.resumed_from and os.path.isdir(self.folder):
             shutil.rmtree(self.folder)  # made a moment ago, for this run: nothing else is in it
             if not os.listdir("runs"):
                 os.rmdir("runs")
@@ -321,7 +379,7 @@ class Run:
     def finish_update(self, iteration, global_step, kl_beta):
         """Marks an update as finished (what a checkpoint after a stop signal saves); writes the checkpoint every
         --checkpoint-interval updates."""
-        self.done = Update(iteration, global_step, kl_beta)
+        self.last_update = Update(iteration, global_step, kl_beta)
         self.checkpoints.keep(self.optimizer, self.envs, self.state and self.state())
         if self.checkpoints.due(iteration):
             self.save()
@@ -330,7 +388,7 @@ class Run:
         """Writes the checkpoint of the last finished update. Where the disk refuses, the run is closed and
         CheckpointError says how to continue from the last good checkpoint."""
         try:
-            self.checkpoints.save(self.agent, self.optimizer, self.done, self.log.wandb_id)
+            self.checkpoints.save(self.agent, self.optimizer, self.last_update, self.log.wandb_id)
         except CheckpointError as e:
             self.close()
             hint = "start the run again once there is room"
@@ -353,8 +411,8 @@ class Run:
         if self.rank != 0:
             return
         if saving:
-            done = self.done
-            print(f"saved the agent after update {done.iteration} (step {done.global_step}) to {self.checkpoints.path}")
+            last = self.last_update
+            print(f"saved the agent after update {last.iteration} (step {last.global_step}) to {self.checkpoints.path}")
         print(f"logs: {self.folder} (see them with: tensorboard --logdir {os.path.dirname(self.folder) or '.'})")
         if self.stopping:
             print(f"{STOPPED} {self.resume_command()}")
@@ -459,10 +517,10 @@ def new_name(path):
     return name
 
 
-def run_folder(args, resumed, rank, world_size):
+def run_folder(args, resumed_from, rank, world_size):
     """Where a run writes: a resumed run in its checkpoint's folder, wherever it is started from; a new one in runs/<name>,
     made by rank 0 for this run alone (X2: the other ranks take rank 0's)."""
-    if resumed:
+    if resumed_from:
         return os.path.dirname(args.resume) or "."
     name = f"{run_name_part(args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
     folder = new_run_folder(name) if rank == 0 else None

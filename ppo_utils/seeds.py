@@ -10,8 +10,7 @@ import torch
 
 from .checkpoints import Update, check_restorable, numpy_state_loaded, numpy_state_saved, optimizer_in_current_order
 from .checkpoints import resume_flags
-from .distributed import launched_processes
-from .env_adapters import env_statistics, set_env_statistics
+from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import ArgError
 from .run import NonFiniteError
 
@@ -26,19 +25,6 @@ def agent_args(args, run_args, seed, resume=None):
     """One agent's flags as `run_args`, which its checkpoint saves: those of `args`, with its seed and the checkpoint it
     resumes."""
     return run_args(**common_flags(args, run_args), seed=seed, resume=resume)
-
-
-def check_seeds(args):
-    """The batched script's own rules: distinct seeds in numpy's range, one process, wandb for one run."""
-    for seed in args.seeds:
-        if not 0 <= seed < 2**32:
-            raise ArgError(f"--seeds {seed}: pass seeds in 0 .. 2**32 - 1 (numpy's range)")
-    if not args.seeds or len(set(args.seeds)) < len(args.seeds):
-        raise ArgError(f"--seeds {' '.join(map(str, args.seeds))}: pass one or more distinct seeds")
-    if launched_processes() > 1:
-        raise ArgError(f"{args.script} trains its agents in one process; for torchrun (X2) use ppo_continuous_action.py")
-    if args.track and len(args.seeds) > 1:
-        raise ArgError("--track sends one run per process to wandb; pass one seed, or `wandb sync` the runs' folders later")
 
 
 def resume_agents(args, run_args):
@@ -65,9 +51,9 @@ def resume_agents(args, run_args):
     return type(args)(**common_flags(first, run_args), seeds=tuple(seeds), resume=args.resume), checkpoints
 
 
-def agent_infos(infos, agent, num_envs):
+def agent_infos(infos, agent, envs_per_agent):
     """The part of a vector env step's infos that belongs to agent `agent`'s envs (each array sliced, dicts recursed)."""
-    part = slice(agent * num_envs, (agent + 1) * num_envs)
+    part = slice(agent * envs_per_agent, (agent + 1) * envs_per_agent)
     return {key: value_part(value, part) for key, value in infos.items()}
 
 
@@ -75,10 +61,11 @@ def value_part(value, part):
     return {key: value_part(v, part) for key, v in value.items()} if isinstance(value, dict) else value[part]
 
 
-def agent_state(envs, agent, shufflers, generators, num_envs):
+def agent_state(envs, agent, shufflers, generators, envs_per_agent):
     """What agent `agent`'s checkpoint keeps besides its model and optimizer, in the form of ppo_continuous_action.py's
     (which restores it as the process's RNG states and env statistics): its random streams (numpy's, its shuffles;
-    torch's, its action noise) and its M1/M3 statistics (its row of each; with --norm-per-env, its envs' entries)."""
+    torch's, its action noise) and its M1/M3 statistics (its row of each; where each env normalizes by itself, its envs'
+    entries)."""
     rng = {"python": random.getstate(), "numpy": numpy_state_saved(shufflers[agent].get_state())}
     generator = generators[agent]
     if generator.device.type == "cpu":
@@ -87,8 +74,8 @@ def agent_state(envs, agent, shufflers, generators, num_envs):
         rng |= {"torch": torch.get_rng_state(), "cuda": [generator.get_state()]}
     stats = {}
     for key, value in env_statistics(envs).items():
-        if isinstance(value, list):  # --norm-per-env: one entry per env
-            stats[key] = value[agent * num_envs : (agent + 1) * num_envs]
+        if isinstance(value, list):  # each env normalizes by itself: one entry per env
+            stats[key] = value[agent * envs_per_agent : (agent + 1) * envs_per_agent]
         elif value is not None:
             stats[key] = {"mean": value["mean"][agent].clone(), "var": value["var"][agent].clone(), "count": value["count"]}
         else:
@@ -112,7 +99,7 @@ def restore_agents(paths, checkpoints, agents, optimizers, envs, shufflers, gene
     stats = {}
     for key in ("obs_rms", "return_rms"):
         saved = [checkpoint["env_stats"][key] for checkpoint in checkpoints]
-        if saved[0] is None or isinstance(saved[0], list):  # none, or --norm-per-env's entries, env after env
+        if saved[0] is None or isinstance(saved[0], list):  # none, or each env's own entries, env after env
             stats[key] = None if saved[0] is None else [entry for entries in saved for entry in entries]
         else:
             stacked = {part: torch.stack([entry[part] for entry in saved]) for part in ("mean", "var")}

@@ -9,6 +9,7 @@ import typing
 
 import pytest
 from ppo_utils import checkpoints
+from ppo_utils import run as ppo_run
 import tyro
 from conftest import COLUMNS, ROOT, contract_flags, load_script, pythonpath_first, run_script, write_checkpoint
 
@@ -276,8 +277,8 @@ def test_evaluation_names_the_env_it_plays_and_refuses_another(tmp_path, monkeyp
     (path,) = (tmp_path / "runs").glob("*/agent.pt")
     for env_id in ("Hopper-v5", "Pendulum-v1"):  # the default (not passed), and the checkpoint's own
         capsys.readouterr()
-        checkpoints.evaluate(cont.Args(eval_checkpoint=str(path), eval_episodes=1, env_id=env_id), cont.make_envs, cont.Agent)
+        ppo_run.evaluate(cont.Args(eval_checkpoint=str(path), eval_episodes=1, env_id=env_id), cont.make_envs, cont.Agent)
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) == 2 and all(" on Pendulum-v1" in line for line in lines), lines
     with pytest.raises(checkpoints.ArgError, match="^--env-id Walker2d-v5 .* --eval-checkpoint .*Pendulum-v1"):
-        checkpoints.evaluate(cont.Args(eval_checkpoint=str(path), env_id="Walker2d-v5"), cont.make_envs, cont.Agent)
+        ppo_run.evaluate(cont.Args(eval_checkpoint=str(path), env_id="Walker2d-v5"), cont.make_envs, cont.Agent)

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from conftest import (ROOT, SCRIPTS, fixed_batch, load_script, make_agent, pythonpath_first, read_scalars,
                       reference_minibatch_loss)
 from ppo_utils.distributed import average_env_statistics, distributed_setup, rank_seed
-from ppo_utils.env_adapters import env_statistics
+from ppo_utils.env_statistics import env_statistics
 from ppo_utils.flag_checks import ArgError
 
 WORLD_SIZE = 2

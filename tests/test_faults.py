@@ -2,7 +2,7 @@
 reads, the exit code, and what is left on disk. Nothing is written outside the run's folder, a run folder is never
 shared, nothing is left half-written, and no library's traceback reaches the user. (Flag ranges, foreign or corrupt
 checkpoints and module:EnvId ids: test_cli.py; signals and resume: test_long_runs.py; torchrun, a worker's death
-included: test_distributed.py; damaged benchmark data: test_benchmark.py.)"""
+included: test_distributed.py; damaged benchmark data: test_report.py.)"""
 
 import glob
 import importlib.util
@@ -224,7 +224,7 @@ def test_a_default_budget_that_is_not_whole_updates_goes_without_a_note(tmp_path
     monkeypatch.chdir(tmp_path)
     for typed in ([], ["--total-timesteps", "1000000"]):
         monkeypatch.setattr(ppo_run.checkpoints, "COMMAND_LINE", typed)
-        run = ppo_run.Run(cont.Args(), resumed=None, rank=0, world_size=1)
+        run = ppo_run.Run(cont.Args(), resumed_from=None, rank=0, world_size=1)
         run.abandon()
         noted = "note: --total-timesteps 1000000 is not a whole number of updates of 2048 steps: the run trains 999424"
         assert (noted in capsys.readouterr().err) == bool(typed)

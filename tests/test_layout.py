@@ -17,7 +17,9 @@ NAMES = (CONTINUOUS, ATARI, RNN)
 SHARED = {"Args", "make_env", "make_envs", "layer_init", "Agent", "compute_gae", "normalize_advantages", "policy_loss",
           "value_loss", "adapt_kl_beta", "ppo_loss", "ppo_backward", "update_policy", "batch_kl", "truncation_bootstrap",
           "train"}  # fmt: skip
-ONLY_IN = {CONTINUOUS: set(), ATARI: set(), RNN: {"env_minibatches"}}  # B3: minibatches of whole env sequences
+# M1/M2's observation wrapper (gymnasium's refuses SAME_STEP autoreset); B3's minibatches of whole env sequences and the
+# env that needs memory
+ONLY_IN = {CONTINUOUS: {"NormalizeObservation"}, ATARI: set(), RNN: {"env_minibatches", "cartpole_no_velocity"}}
 
 # the definitions each pair of neighbouring scripts may word differently; everything else they share is byte-identical
 ALLOWED_TO_DIFFER = {
@@ -72,9 +74,9 @@ def test_shared_definitions_are_identical_except_the_allowed_ones(pair):
 # ppo_continuous_action_seeds.py, the batched variant of the continuous script: the definitions it words differently
 # (an agent axis, per-agent reductions, several runs), and those only it has; the rest is its parent's, byte for byte
 SEEDS = "ppo_continuous_action_seeds"
-SEEDS_DIFFER = {"Args", "make_env", "make_envs", "normalize_advantages", "policy_loss", "value_loss", "ppo_loss",
-                "update_policy", "batch_kl", "truncation_bootstrap", "train"}  # fmt: skip
-SEEDS_ONLY = {"SeedsArgs", "NormalizeObservation", "NormalizeReward", "Agents"}
+SEEDS_DIFFER = {"Args", "make_env", "make_envs", "NormalizeObservation", "normalize_advantages", "policy_loss", "value_loss",
+                "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "train"}  # fmt: skip
+SEEDS_ONLY = {"SeedsArgs", "NormalizeReward", "Agents"}
 
 
 def test_the_batched_variant_differs_from_its_parent_only_where_batching_does():

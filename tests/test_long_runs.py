@@ -15,7 +15,7 @@ from ppo_utils import checkpoints
 from ppo_utils import run as ppo_run
 import torch
 from conftest import ROOT, SCRIPTS, load_script, make_agent, read_scalars, run_script
-from ppo_utils.env_adapters import env_statistics
+from ppo_utils.env_statistics import env_statistics
 from ppo_utils.flag_checks import check_args
 
 cont = load_script("ppo_continuous_action")
@@ -100,11 +100,11 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
     torch.save(checkpoint, tmp_path / "longer" / "agent.pt")
     restored = {}
 
-    def restore_and_look(resumed, agent, optimizer, envs, rank, args):
-        done = restore(resumed, agent, optimizer, envs, rank, args)
+    def restore_and_look(checkpoint, agent, optimizer, envs, rank, args):
+        last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
         model = {k: v.clone() for k, v in agent.state_dict().items()}
         restored.update(model=model, adam_steps=adam_steps(optimizer.state_dict()))
-        return done
+        return last_update
 
     restore = module.restore
     monkeypatch.setattr(module, "restore", restore_and_look)
@@ -397,10 +397,10 @@ def test_norm_per_env_statistics_are_saved_restored_and_evaluated(tmp_path, monk
     restored = []
     restore = cont.restore
 
-    def restore_and_look(resumed, agent, optimizer, envs, rank, args):
-        done = restore(resumed, agent, optimizer, envs, rank, args)
+    def restore_and_look(checkpoint, agent, optimizer, envs, rank, args):
+        last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
         restored.append(env_statistics(envs))
-        return done
+        return last_update
 
     monkeypatch.setattr(cont, "restore", restore_and_look)
     cont.train(cont.Args(resume=str(tmp_path / "agent.pt")))

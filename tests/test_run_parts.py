@@ -19,9 +19,9 @@ def test_resume_flags_takes_the_checkpoints_flags_and_refuses_others(tmp_path):
     trained = cont.Args(env_id="Hopper-v5", learning_rate=1e-3, seed=7)
     path = write_checkpoint(tmp_path / "agent.pt", trained, world_size=2, local_world_size=2)
     # the flags come from the checkpoint, not from the command line's defaults
-    args, resumed = checkpoints.resume_flags(cont.Args(resume=path), world_size=2)
+    args, checkpoint = checkpoints.resume_flags(cont.Args(resume=path), world_size=2)
     assert (args.env_id, args.learning_rate, args.seed, args.resume) == ("Hopper-v5", 1e-3, 7, path)
-    assert resumed["args"]["learning_rate"] == 1e-3
+    assert checkpoint["args"]["learning_rate"] == 1e-3
     with pytest.raises(ArgError, match=r"^--resume continues the run with its own flags; drop --seed --num-envs$"):
         checkpoints.resume_flags(cont.Args(resume=path, seed=3, num_envs=4), world_size=2)
     # a run of 2 processes continues with 2: the message gives the torchrun command

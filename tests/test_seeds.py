@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, load_script, read_scalars, run_script
-from ppo_utils.env_adapters import env_statistics
+from ppo_utils.env_statistics import env_statistics
 from ppo_utils.run import STOPPED, NonFiniteError
 
 cont = load_script("ppo_continuous_action")
@@ -91,11 +91,22 @@ def test_each_agent_computes_what_the_single_script_computes_for_its_seed(case, 
         assert epochs[0] != epochs[1] and min(min(epochs)) < 10
 
 
+class OtherTorchSeedFor:
+    """torch as the batched script sees it, except that manual_seed(seed) seeds another stream for one seed."""
+
+    def __init__(self, seed):
+        self.manual_seed = lambda s: torch.manual_seed(s + 1 if s == seed else s)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
 class OtherStreamFor:
     """numpy as the batched script sees it, except that RandomState(seed) draws another stream for one seed."""
 
     def __init__(self, seed):
-        self.random = types.SimpleNamespace(RandomState=lambda s: np.random.RandomState(s + 1 if s == seed else s))
+        self.random = types.SimpleNamespace(seed=np.random.seed)  # train() seeds numpy's global stream as the script does
+        self.random.RandomState = lambda s: np.random.RandomState(s + 1 if s == seed else s)
 
     def __getattr__(self, name):
         return getattr(np, name)
@@ -109,8 +120,7 @@ def test_a_broken_stream_of_one_agent_is_caught(stream, tmp_path, monkeypatch):
     if stream.startswith("numpy"):
         monkeypatch.setattr(seeds_script, "np", OtherStreamFor(5))
     else:
-        seed_everything = seeds_script.seed_everything
-        monkeypatch.setattr(seeds_script, "seed_everything", lambda s, d: seed_everything(s + 1 if s == 5 else s, d))
+        monkeypatch.setattr(seeds_script, "torch", OtherTorchSeedFor(5))
     flags = dict(env_id="Hopper-v5", total_timesteps=2048, compile=False)
     batched, singles = train_both(flags, tmp_path, monkeypatch)
     assert_same_computation(batched, singles[0], 0)

@@ -1,0 +1,85 @@
+"""G10's envpool backend for the Atari scripts: envpool's C++ threads run the games and A1-A7, set by the scripts'
+make_envs from their flags, behind the interface of gymnasium's vector envs, with the few semantics it needs to match
+them (autoreset, final observation, episode statistics, A6's fresh stack after a lost life, seeding)."""
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+
+class EnvpoolVectorEnv(gym.vector.VectorEnv):
+    """G10's envpool backend for Atari games behind the interface of the gymnasium ones. envpool runs the game and
+    A1-A7 in C++ (set by `options`: envpool.make's keywords, which the scripts' make_envs take from their flags) but
+    autoresets on the step after an episode ends; here a done env is reset at once by a step of that env alone, so that,
+    as with SAME_STEP, every step is a transition and the last observation is in infos["final_obs"], and the frame stack
+    (A6) of an env that lost a life starts afresh, as the gymnasium wrappers' does. Frames come as ([stack,] H, W, C),
+    and the real game's return (raw rewards, all lives) and length in infos["final_info"]["episode"], as
+    RecordEpisodeStatistics gives them. reset(seed=s) seeds env i with s + i (envpool takes seeds when it is made, so a
+    new seed makes the pool again)."""
+
+    def __init__(self, env_id, **options):
+        self.env_id, self.pool_options, self.seed = env_id, options, options["seed"]
+        self.envs = self.make_pool(self.seed)
+        self.num_envs, self.stack_num = options["num_envs"], options["stack_num"]
+        self.channels = 1 if options["gray_scale"] else 3
+        shape = self.envs.observation_space.shape[1:]  # (stack * channels, H, W)
+        shape = shape + (self.channels,) if self.stack_num == 1 else (self.stack_num,) + shape + (self.channels,)
+        self.single_observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.single_action_space = self.envs.action_space
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.episode_returns = np.zeros(self.num_envs)
+        self.episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
+
+    def make_pool(self, seed):
+        """envpool's pool of the game `env_id` names, with its sticky actions and its time limit in agent steps."""
+        import envpool
+
+        spec = gym.spec(self.env_id)
+        task_id = "".join(word.capitalize() for word in spec.kwargs["game"].split("_")) + "-v5"
+        return envpool.make(
+            task_id,
+            env_type="gymnasium",
+            **(self.pool_options | {"seed": seed % 2**31}),  # a C++ int
+            repeat_action_probability=spec.kwargs.get("repeat_action_probability", 0.0),
+            max_episode_steps=spec.kwargs.get("max_num_frames_per_episode", 108_000) // self.pool_options["frame_skip"],
+        )
+
+    def frames(self, obs):
+        """(N, stack * C, H, W) -> (N, [stack,] H, W, C), the layout of the gymnasium backends."""
+        obs = obs.reshape((len(obs), self.stack_num, self.channels) + obs.shape[-2:]).transpose(0, 1, 3, 4, 2)
+        return obs[:, 0] if self.stack_num == 1 else obs
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None and seed != self.seed:
+            self.envs.close()
+            self.envs, self.seed = self.make_pool(seed), seed
+        obs, _ = self.envs.reset()
+        self.episode_returns[:], self.episode_lengths[:] = 0, 0
+        return self.frames(obs), {}
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, info = self.envs.step(actions)
+        self.episode_returns += info["reward"]  # the raw reward, before A7
+        self.episode_lengths += 1
+        dones = terminations | truncations
+        infos = {}
+        if dones.any():
+            game_over = dones & (info["terminated"].astype(bool) | truncations)  # with A3 a lost life is not the end
+            infos["final_obs"], infos["_final_obs"] = np.empty(self.num_envs, dtype=object), dones
+            infos["final_obs"][:] = list(self.frames(obs))
+            episode = {"r": self.episode_returns.copy(), "l": self.episode_lengths.copy()}
+            infos["final_info"] = {"episode": episode, "_episode": game_over}
+            self.episode_returns[game_over], self.episode_lengths[game_over] = 0, 0
+            ids = np.flatnonzero(dones)
+            reset_obs, _, _, _, reset_info = self.envs.step(np.zeros(len(ids), dtype=np.int32), ids)
+            obs = obs.copy()
+            obs[reset_info["env_id"]] = reset_obs
+            # A6: a new episode's stack holds its first frame only; envpool keeps the lost life's frames in it
+            stacks = obs.reshape((len(obs), self.stack_num, -1) + obs.shape[-2:])  # a view of obs
+            stacks[ids] = stacks[ids, -1:]
+        return self.frames(obs), rewards, terminations, truncations, infos
+
+    def close(self, **kwargs):
+        self.envs.close()
