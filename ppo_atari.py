@@ -46,7 +46,7 @@ class Args:
     torch_threads: int = 0
     """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core, which the CNN's update uses well"""
     compile: bool = True
-    """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; README: Flag notes)"""
+    """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; docs/flags.md)"""
     tf32: bool = False
     """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
     fused_adam: bool = True
@@ -59,7 +59,7 @@ class Args:
     """the wandb entity (team); None: your default entity"""
     capture_video: bool = False
     """record videos of env 0 under runs/{run_name}/videos (not with --vector-env envpool, which does not render)"""
-    save_model: bool = False
+    save_model: bool = True
     """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
     checkpoint_interval: int | None = None
     """write runs/{run_name}/agent.pt every this many updates; None: every 100 with --save-model, else never; 0: never"""
@@ -79,7 +79,7 @@ class Args:
     num_steps: int = 128
     """(G10) steps per environment in each rollout (the paper's horizon T)"""
     vector_env: Literal["sync", "async", "envpool"] = "sync"
-    """(G10) gymnasium's SyncVectorEnv or AsyncVectorEnv (a process per env), or envpool (C++; README: Flag notes)"""
+    """(G10) gymnasium's SyncVectorEnv or AsyncVectorEnv (a process per env), or envpool (C++; docs/flags.md)"""
 
     surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"
     """(G1) the paper's Table 1 objective: clipped, unclipped, or a KL penalty, fixed (--kl-beta) or adaptive (--kl-dtarg)"""

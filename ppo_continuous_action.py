@@ -42,7 +42,7 @@ class Args:
     torch_threads: int = 1
     """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core; 1 suits these small MLPs best"""
     compile: bool = True
-    """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; README: Flag notes)"""
+    """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; docs/flags.md)"""
     tf32: bool = False
     """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
     fused_adam: bool = True
@@ -55,7 +55,7 @@ class Args:
     """the wandb entity (team); None: your default entity"""
     capture_video: bool = False
     """record videos of env 0 under runs/{run_name}/videos (headless: MUJOCO_GL defaults to egl)"""
-    save_model: bool = False
+    save_model: bool = True
     """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
     checkpoint_interval: int | None = None
     """write runs/{run_name}/agent.pt every this many updates; None: every 100 with --save-model, else never; 0: never"""

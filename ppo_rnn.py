@@ -70,7 +70,7 @@ class Args:
     """the wandb entity (team); None: your default entity"""
     capture_video: bool = False
     """record videos of env 0 under runs/{run_name}/videos (not with --vector-env envpool, which does not render)"""
-    save_model: bool = False
+    save_model: bool = True
     """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
     checkpoint_interval: int | None = None
     """write runs/{run_name}/agent.pt every this many updates; None: every 100 with --save-model, else never; 0: never"""
@@ -90,7 +90,7 @@ class Args:
     num_steps: int = 128
     """(G10) steps per environment in each rollout (the paper's horizon T)"""
     vector_env: Literal["sync", "async", "envpool"] = "sync"
-    """(G10) gymnasium's SyncVectorEnv or AsyncVectorEnv (a process per env), or envpool (C++; README: Flag notes)"""
+    """(G10) gymnasium's SyncVectorEnv or AsyncVectorEnv (a process per env), or envpool (C++; docs/flags.md)"""
 
     surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"
     """(G1) the paper's Table 1 objective: clipped, unclipped, or a KL penalty, fixed (--kl-beta) or adaptive (--kl-dtarg)"""

@@ -9,10 +9,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-LINE_TARGETS = {"ppo_continuous_action": 520, "ppo_atari": 560, "ppo_rnn": 560}  # lines of each script
-TRAIN_TARGET = 110  # lines of each train()
-DIFF_TARGETS = {("ppo_continuous_action", "ppo_atari"): 220, ("ppo_atari", "ppo_rnn"): 140,
-                ("ppo_continuous_action", "ppo_continuous_action_seeds"): 450}  # lines of diff -u A B
+# raised when each script took its own flag rules (about 50 lines beside Args), the continuous one M1/M2's wrapper (38)
+# and ppo_rnn.py CartPoleNoVelocity-v1 (13), and train() CleanRL's four seeding lines (issue 64)
+LINE_TARGETS = {"ppo_continuous_action": 600, "ppo_atari": 590, "ppo_rnn": 670}  # lines of each script
+TRAIN_TARGET = 115  # lines of each train()
+DIFF_TARGETS = {("ppo_continuous_action", "ppo_atari"): 290, ("ppo_atari", "ppo_rnn"): 170,
+                ("ppo_continuous_action", "ppo_continuous_action_seeds"): 455}  # lines of diff -u A B
 
 
 def changed_lines(a, b):

@@ -227,7 +227,7 @@ def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
     covered = set()
     for variant, flags in variants.items():
         args = tyro.cli(module.Args, args=flags.split())
-        check_flags(args)  # each value lies in its flag's range (FLAG_RULES)
+        check_flags(args)  # each value lies in its flag's range (the script's Args.flag_rules and the run flags' rules)
         if variant == "default":
             assert args == default
             continue
