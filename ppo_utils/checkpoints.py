@@ -3,6 +3,7 @@ written durably, read without running code from the file and checked whole befor
 run continues with its checkpoint's flags and as many processes, X2). --eval-checkpoint's play is run.evaluate's."""
 
 import io
+import math
 import os
 import random
 import re
@@ -71,7 +72,7 @@ CHECKPOINT_KEYS = {
     "global_step",
     "kl_beta",
     "wandb_id",
-}  # and "world_size", "local_world_size" (X2), which older checkpoints lack (read as 1)
+}  # and "world_size", "local_world_size", "torchrun_job" (X2), which older checkpoints lack (read as 1, 1, None)
 
 
 def new_run_folder(name):
@@ -112,18 +113,17 @@ def save_checkpoint(path, checkpoint):
             f.write(content.getbuffer())
             f.flush()
             os.fsync(f.fileno())
-    except (OSError, RuntimeError) as e:  # torch.save reports a failed write as a RuntimeError
+        os.replace(path + ".tmp", path)
+        folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(folder)  # the rename is an entry of the folder
+        finally:
+            os.close(folder)
+    except OSError as e:
         if os.path.lexists(path + ".tmp"):
             os.remove(path + ".tmp")
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
         last = f"the last good one stays: {path}" if os.path.exists(path) else "none was written before"
-        raise CheckpointError(f"could not write the checkpoint {path} ({reason}); {last}") from None
-    os.replace(path + ".tmp", path)
-    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(folder)  # the rename is an entry of the folder
-    finally:
-        os.close(folder)
+        raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror or e}); {last}") from None
 
 
 def load_checkpoint(path, flag, args):
@@ -154,8 +154,8 @@ def load_checkpoint(path, flag, args):
         raise ArgError(f"{flag} {path} was not written by {args.script}")
     if checkpoint["script"] != args.script:
         raise ArgError(f"{flag} {path} was written by {checkpoint['script']}; load it with that script")
-    if not isinstance(checkpoint["args"], dict):
-        raise damaged(flag, path, "no flags")
+    if not isinstance(checkpoint["args"], dict) or not all(isinstance(key, str) for key in checkpoint["args"]):
+        raise damaged(flag, path, "no flags, or flags without names")
     run_name, wandb_id = checkpoint["run_name"], checkpoint["wandb_id"]  # checked as names of files would be
     if not (isinstance(run_name, str) and is_folder_name(run_name)) or not (
         wandb_id is None or (isinstance(wandb_id, str) and re.fullmatch(r"[\w-]{1,64}", wandb_id))
@@ -175,8 +175,11 @@ def load_checkpoint(path, flag, args):
     counters = {"iteration": int, "global_step": int, "kl_beta": float, "world_size": int, "local_world_size": int}
     for name, kind in counters.items():
         value = checkpoint.get(name, 1)
-        if not fits(value, kind) or value < 0 or not np.isfinite(value):
+        least = 1 if name.endswith("world_size") else 0
+        if not fits(value, kind) or value < least or not math.isfinite(value):
             raise damaged(flag, path, f"{name} {value!r}, which no run reaches")
+    if checkpoint.get("world_size", 1) % checkpoint.get("local_world_size", 1):
+        raise damaged(flag, path, "a process count that is no whole number of machines")
     try:  # on generators of its own: the process's stay as they are
         rng = checkpoint["rng"]
         random.Random().setstate(rng["python"])
@@ -229,7 +232,7 @@ def check_restorable(checkpoint, flag, path, agent, optimizer, env_stats, same_c
     if not isinstance(model, dict) or not all(isinstance(tensor, torch.Tensor) for tensor in model.values()):
         raise damaged(flag, path, "a model that is not a set of named tensors")
     if model.keys() != own.keys():
-        names = sorted(model.keys() ^ own.keys())
+        names = sorted(model.keys() ^ own.keys(), key=str)
         raise damaged(flag, path, f"a model of another network ({'lacking' if names[0] in own else 'with'} {names[0]})")
     for name, tensor in own.items():
         if model[name].shape != tensor.shape:
@@ -269,6 +272,8 @@ def check_optimizer_state(checkpoint, flag, path, agent, optimizer):
     except Exception:
         raise damaged(flag, path, "an optimizer state that is not one of this network's") from None
     state = saved["state"]
+    if not set(state) <= set(range(len(parameters))):
+        raise damaged(flag, path, "Adam moments for parameters this network does not have")
     if checkpoint["iteration"] > 0 and len(state) != len(parameters):
         raise damaged(flag, path, f"Adam's moments for {len(state)} of {len(parameters)} parameters after update "
                       f"{checkpoint['iteration']}")  # fmt: skip
@@ -435,7 +440,7 @@ def optimizer_in_current_order(saved, model, agent):
 
 class Checkpoints:
     """What a checkpoint holds and when rank 0 writes it (every --checkpoint-interval updates; at the end with
-    --save-model; after a stop signal), and the restoring of a resumed run. `keep` notes the state at the end of each
+    --save-model; after a stop signal). `keep` notes the state at the end of each
     finished update, so that a checkpoint written after a stop signal saves that, not what the dropped rollout has
     since made of the RNG states, env statistics and learning rate."""
 

@@ -1,4 +1,4 @@
-"""A training run's life cycle around the algorithm, which the three scripts share: the command line (`main`: training
+"""A training run's life cycle around the algorithm, which the scripts share: the command line (`main`: training
 or evaluation, stop signals in, one-line errors out), `evaluate` (--eval-checkpoint: the saved agent plays its env),
 and `Run` (the run's folder, then each step's and each update's bookkeeping: the NaN guard, `RunLog`'s TensorBoard,
 wandb and progress lines, `Checkpoints`, the last lines that say where everything went). It decides no PPO detail."""
@@ -212,9 +212,8 @@ class RunLog:
             self.wandb_id = start_wandb(args, folder, resumed_from["wandb_id"] if resumed_from else None)
         self.writer = None
         if rank == 0:
-            # on resume, TensorBoard hides what the interrupted run logged after its checkpoint: no step appears twice
             threading.excepthook = quiet_log_writer
-            try:
+            try:  # on resume, TensorBoard hides what the interrupted run logged after its checkpoint: no step twice
                 self.writer = SummaryWriter(folder, purge_step=resumed_from["global_step"] + 1 if resumed_from else None)
                 if resumed_from is None:
                     table = "\n".join([f"|{key}|{value}|" for key, value in asdict(args).items()])
@@ -342,9 +341,7 @@ class Run:
     def abandon(self):
         """A run that ends before it starts (a checkpoint or wandb refused): its folder as it was before (a new run's
         removed, a resumed session's empty video folder too)."""
-        Run.active.remove(self)
-        if self.lock is not None:
-            os.close(self.lock)
+        self.let_go()
         if self.rank == 0 and os.path.isdir(self.video_folder) and not os.listdir(self.video_folder):
             os.rmdir(self.video_folder)
         if self.rank == 0 and not self.resumed_from and os.path.isdir(self.folder):
@@ -390,7 +387,7 @@ class Run:
         try:
             self.checkpoints.save(self.agent, self.optimizer, self.last_update, self.log.wandb_id)
         except CheckpointError as e:
-            self.close()
+            self.close_after_failure()  # the logs' last flush may meet the same full disk
             hint = "start the run again once there is room"
             if os.path.exists(self.checkpoints.path):
                 hint = "once there is room, continue with: " + self.resume_command()
@@ -423,15 +420,22 @@ class Run:
             print("no checkpoint written: --save-model or --checkpoint-interval N keeps the agent")
 
     def close(self):
-        """Closes the envs, the logs and (X2) the process group; lets go of the run folder."""
-        Run.active.remove(self)
+        """Closes the envs, the logs and (X2) the process group; lets go of the run folder. A log the disk refuses
+        raises LogWriteError with the run still active, so that main() names its checkpoint."""
         self.envs.close()
         self.log.close()
         if self.world_size > 1:
             dist.barrier()  # no rank leaves while another still talks to it
             dist.destroy_process_group()
+        self.let_go()
+
+    def let_go(self):
+        """The run is no longer this process's: out of Run.active, its folder's lock released."""
+        if self in Run.active:
+            Run.active.remove(self)
         if self.lock is not None:
             os.close(self.lock)  # its lock goes with it
+            self.lock = None
 
     def close_after_failure(self):
         """Closes the run as far as the disk lets it, and removes the video being written when it failed (ffmpeg writes
@@ -440,7 +444,7 @@ class Run:
         try:
             self.close()
         except Exception:  # the logs' last flush meets the same full disk; the envs' video writer its broken pipe
-            pass
+            self.let_go()
         for path in glob(os.path.join(glob_escape(self.video_folder), "*.mp4")):
             with open(path, "rb") as f:
                 if b"moov" not in f.read():
@@ -488,7 +492,15 @@ def lock_run_folder(folder, resume):
     """Locks the run folder for this process (flock on the folder itself: the lock goes when the process ends, however
     it ends, and leaves no file); ArgError where another process holds it (a run that writes in it, or another --resume
     of its checkpoint) or the folder cannot be written. Returns the folder's descriptor, which holds the lock."""
-    lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    which = f"--resume {resume}: its run folder" if resume else "the run folder"
+    try:
+        lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        tempfile.TemporaryFile(dir=folder).close()  # a file with no name, gone when closed
+    except OSError as e:
+        raise ArgError(
+            f"{which} {folder} cannot be written ({e.strerror}); make it writable, or copy the run folder to where you "
+            "can write and resume the agent.pt in the copy"
+        ) from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -497,14 +509,8 @@ def lock_run_folder(folder, resume):
             f"--resume {resume}: another process is training this run now (it holds the run folder {folder}); let it "
             "finish or stop it (its checkpoint is then the one to resume)"
         ) from None
-    try:
-        tempfile.TemporaryFile(dir=folder).close()  # a file with no name, gone when closed
-    except OSError as e:
-        os.close(lock)
-        raise ArgError(
-            f"--resume {resume}: cannot write in its run folder {folder} ({e.strerror}); make it writable, or copy the "
-            "run folder to where you can write and resume the agent.pt in the copy"
-        ) from None
+    except OSError:  # a file system without flock (some NFS mounts): the run goes on unlocked
+        pass
     return lock
 
 

@@ -94,8 +94,10 @@ def restore_agents(paths, checkpoints, agents, optimizers, envs, shufflers, gene
         agent.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(optimizer_in_current_order(checkpoint["optimizer"], checkpoint["model"], agent))
         shuffler.set_state(numpy_state_loaded(checkpoint["rng"]["numpy"]))
-        cpu = generator.device.type == "cpu"
-        generator.set_state(checkpoint["rng"]["torch"] if cpu else checkpoint["rng"]["cuda"][0])
+        if generator.device.type == "cpu":
+            generator.set_state(checkpoint["rng"]["torch"])
+        elif checkpoint["rng"]["cuda"]:  # a run saved on a CPU and resumed on a GPU keeps the seeded CUDA stream
+            generator.set_state(checkpoint["rng"]["cuda"][0])
     stats = {}
     for key in ("obs_rms", "return_rms"):
         saved = [checkpoint["env_stats"][key] for checkpoint in checkpoints]

@@ -560,6 +560,6 @@ def test_a_read_only_run_folder_is_one_line(saved_run, small_disk):
     small_disk.remount_read_only()
     result = run_script("ppo_continuous_action", "--resume", str(folder / "agent.pt"), cwd=disk.parent, timeout=120)
     assert result.returncode == 1 and result.stderr.strip().splitlines() == [
-        f"error: --resume {folder / 'agent.pt'}: cannot write in its run folder {folder} (Read-only file system); make "
-        "it writable, or copy the run folder to where you can write and resume the agent.pt in the copy"
+        f"error: --resume {folder / 'agent.pt'}: its run folder {folder} cannot be written (Read-only file system); "
+        "make it writable, or copy the run folder to where you can write and resume the agent.pt in the copy"
     ]
