@@ -142,7 +142,7 @@ class Args:
     """(A10) policy and value share their network up to the heads; off: two separate networks"""
 
     anneal_clip_coef: bool = False
-    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate"""
+    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate; off: a constant clip range"""
     target_kl: float | None = None
     """(X3) stop an update's epochs once the approximate KL of an epoch's last minibatch exceeds this; None: off"""
 
@@ -209,6 +209,12 @@ class Args:
                 f"--num-minibatches {self.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
                 "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
             )
+        if self.vector_env == "envpool":
+            try:
+                import envpool  # noqa: F401  (Linux only)
+            except ImportError:
+                raise ArgError("--vector-env envpool: envpool is not installed here; pip install envpool (Linux), or "
+                               "add --vector-env sync") from None  # fmt: skip
         if self.vector_env == "envpool" and self.capture_video:
             raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
         if self.vector_env == "envpool" and self.noop_max == 0:

@@ -137,7 +137,7 @@ class Args:
     """(M8) clip actions to the action space for the env only, storing the unclipped sample; off: the raw sample"""
 
     anneal_clip_coef: bool = False
-    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate"""
+    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate; off: a constant clip range"""
     target_kl: float | None = None
     """(X3) stop an update's epochs once the approximate KL of an epoch's last minibatch exceeds this; None: off"""
 

@@ -28,7 +28,7 @@ from torch.distributions.normal import Normal
 from ppo_utils.checkpoints import Update, resume_command
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes
-from ppo_utils.flag_checks import ArgError, check_args
+from ppo_utils.flag_checks import RUN_FLAG_RULES, ArgError, check_args
 from ppo_utils.run import STOPPED, Run, main
 from ppo_utils.seeds import agent_args, agent_infos, agent_state, check_finite, restore_agents, resume_agents
 from ppo_utils.seeds import stop_after_failure
@@ -142,7 +142,7 @@ class Args:
     """(M8) clip actions to the action space for the env only, storing the unclipped sample; off: the raw sample"""
 
     anneal_clip_coef: bool = False
-    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate"""
+    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate; off: a constant clip range"""
     target_kl: float | None = None
     """(X3) stop an update's epochs once the approximate KL of an epoch's last minibatch exceeds this; None: off"""
 
@@ -234,9 +234,10 @@ class SeedsArgs(Args):
     def check(self, world_size: int, kind: str):
         """Args.check, after the batched script's own rules: distinct seeds in numpy's range, one process, wandb for one
         run."""
+        in_range, fix = RUN_FLAG_RULES["seed"]
         for seed in self.seeds:
-            if not 0 <= seed < 2**32:
-                raise ArgError(f"--seeds {seed}: pass seeds in 0 .. 2**32 - 1 (numpy's range)")
+            if not in_range(seed):
+                raise ArgError(f"--seeds {seed}: {fix}")
         if not self.seeds or len(set(self.seeds)) < len(self.seeds):
             raise ArgError(f"--seeds {' '.join(map(str, self.seeds))}: pass one or more distinct seeds")
         if world_size > 1:

@@ -153,7 +153,7 @@ class Args:
     """(A10) policy and value share their network up to the heads; off: two separate networks"""
 
     anneal_clip_coef: bool = False
-    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate"""
+    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate; off: a constant clip range"""
     target_kl: float | None = None
     """(X3) stop an update's epochs once the approximate KL of an epoch's last minibatch exceeds this; None: off"""
 
@@ -226,6 +226,14 @@ class Args:
                 f"--num-minibatches {self.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
                 "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
             )
+        if self.vector_env == "envpool" and kind != "atari":
+            raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
+        if self.vector_env == "envpool":
+            try:
+                import envpool  # noqa: F401  (Linux only)
+            except ImportError:
+                raise ArgError("--vector-env envpool: envpool is not installed here; pip install envpool (Linux), or "
+                               "add --vector-env sync") from None  # fmt: skip
         if self.vector_env == "envpool" and self.capture_video:
             raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
         if self.vector_env == "envpool" and self.noop_max == 0:
@@ -234,8 +242,6 @@ class Args:
             raise ArgError("--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two")
         if self.vector_env == "envpool" and self.gray_after_resize:
             raise ArgError("envpool grays its frames its own way, not with --gray-after-resize; add --vector-env sync")
-        if self.vector_env == "envpool" and kind != "atari":
-            raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
         if self.vector_env == "envpool" and ":" in self.env_id:  # envpool looks the game up by its registered id
             game = self.env_id.split(":", 1)[1]
             raise ArgError(f"--vector-env envpool takes the game's registered id: pass --env-id {game}")

@@ -85,6 +85,14 @@ def test_a_video_without_moviepy_is_one_line_before_any_folder(tmp_path, script,
     assert line.startswith("error: --capture-video: moviepy is not installed here;") and "pip install moviepy" in line
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["ppo_atari", "ppo_rnn"])
+def test_envpool_not_installed_is_one_line_before_any_folder(tmp_path, script):
+    flags = ["--env-id", "BreakoutNoFrameskip-v4", "--vector-env", "envpool"]
+    line = one_line_error(tmp_path, script, flags, without(tmp_path, "envpool"))
+    assert line.startswith("error: --vector-env envpool: envpool is not installed here;") and "pip install envpool" in line
+
+
 def without(tmp_path, module):
     """The environment of a run where `module` is not installed (faked: a module of that name first on the path whose
     import fails as a missing package's does)."""
