@@ -83,7 +83,11 @@ def read_runs_folder(root: Path, left_out=None):
             left_out.append(f"{folder.parts[-3]} {folder.parts[-2]} seed {folder.name[len('seed') :]}: {why}")
 
     for folder in sorted(root.glob("*/*/seed*")):
-        done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
+        try:
+            done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
+        except json.JSONDecodeError:  # cut by a kill while it was written
+            skip(folder, "its done.json is damaged", "; delete it and run benchmark/run.py again to finish the run")
+            continue
         if done.get("returncode") != 0:  # still running, stopped, or failed: its last episodes are not its score
             skip(folder, "not finished (no done.json)", "; run benchmark/run.py again to finish it")
             continue

@@ -463,9 +463,13 @@ def main(argv=None):
     options = parser.parse_args(argv)
     if options.workers < 1:
         parser.error(f"--workers {options.workers}: pass 1 or more")
+    if options.batch_seeds and (options.slurm or options.index is not None):
+        parser.error("--batch-seeds groups runs into processes; --slurm and --index take one run each: drop one")
     name = options.preset or Path(options.script or "runs").stem
     options.out = options.out or str(ROOT / "benchmark" / "runs" / name)
     out = Path(options.out).resolve()
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {options.out} is a file; pass a folder (the runs go in <out>/<env id>/<variant>/seed<k>/)")
     matrix = build_matrix(options)
     recorded = committed_runs(Path(options.results or ROOT / "benchmark" / "results" / name))
     runs = [run for run in matrix if (run.env_id, run.variant, run.seed) not in recorded]
@@ -474,8 +478,6 @@ def main(argv=None):
         Path(options.slurm).write_text(slurm_script(options, argv, len(runs)))
         print(f"wrote {options.slurm}: {len(runs)} array tasks; submit with: sbatch {options.slurm}")
         return
-    if options.batch_seeds and (options.slurm or options.index is not None):
-        parser.error("--batch-seeds groups runs into processes; --slurm and --index take one run each: drop one")
     if options.index is not None:
         if not 0 <= options.index < len(runs):
             parser.error(f"--index {options.index}: the matrix has runs 0..{len(runs) - 1}")

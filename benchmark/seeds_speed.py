@@ -102,8 +102,8 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one process may take")
     parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.single_seeds < 1 or min(args.seeds_counts) < 1:
-        parser.error("--rounds, --single-seeds and --seeds-counts take counts of 1 or more")
+    if args.rounds < 1 or args.single_seeds < 1 or min(args.seeds_counts) < 1 or args.env_steps < 1:
+        parser.error("--rounds, --single-seeds, --seeds-counts and --env-steps take counts of 1 or more")
     env = {**os.environ, "WANDB_MODE": "offline"}
     common = ["--env-id", args.env_id, "--total-timesteps", str(args.total_timesteps)]
     rounds = []

@@ -100,7 +100,7 @@ def write_checkpoint(path, args, **extra):
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     checkpoint = {key: None for key in checkpoints.CHECKPOINT_KEYS} | {"run_name": Path(path).parent.name, "iteration": 0}
-    checkpoint |= {"global_step": 0, "kl_beta": args.kl_beta, "rng": checkpoints.rng_state()}
+    checkpoint |= {"kl_beta": args.kl_beta, "rng": checkpoints.rng_state()}
     checkpoint |= {"global_step": extra.get("iteration", 0) * args.batch_size * extra.get("world_size", 1)}
     torch.save({**checkpoint, "script": args.script, "args": asdict(args), **extra}, path)
     return str(path)

@@ -71,7 +71,7 @@ def test_runner_records_the_commit_a_run_started_from(tmp_path, monkeypatch):
     monkeypatch.setattr(run.subprocess, "Popen", Training)
     monkeypatch.setattr(run, "machine", lambda: "a machine")  # it would start processes too
     one = run.PlannedRun("ppo_continuous_action.py", "InvertedPendulum-v5", "default", 1, 2048)
-    assert run.execute(one, tmp_path, threading.Event())[2]
+    assert run.execute(one, tmp_path, threading.Event())[2] == "done"
     assert json.loads((one.folder(tmp_path) / "done.json").read_text())["commit"] == "abc1234"
 
 
@@ -206,6 +206,7 @@ def test_runner_bad_input_is_one_line(tmp_path, args, flag):
     assert result.returncode != 0
     message = result.stderr.strip().splitlines()[-1]
     assert flag in message and "Traceback" not in result.stderr
+    assert message.startswith(("error: ", "run.py: error: ")), message
 
 
 @pytest.mark.slow
@@ -350,3 +351,14 @@ def test_the_runner_looks_for_the_line_a_stopped_run_ends_with():
     from ppo_utils.run import STOPPED
 
     assert run.STOPPED_LINE == STOPPED
+
+
+def test_an_out_that_is_a_file_and_batch_seeds_with_slurm_are_one_line_before_anything_is_written(tmp_path):
+    (tmp_path / "afile").write_text("")
+    for args, line in (
+        (["--out", "afile"], "run.py: error: --out afile is a file; pass a folder"),
+        (["--batch-seeds", "--slurm", "job.sbatch"], "run.py: error: --batch-seeds groups runs into processes;"),
+    ):
+        result = runner("--preset", "mujoco", *args, cwd=tmp_path)
+        assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(line), result.stderr[-2000:]
+        assert sorted(os.listdir(tmp_path)) == ["afile"]  # no job script, no runs folder

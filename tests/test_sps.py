@@ -75,6 +75,7 @@ def test_sps_bad_input_is_one_line_before_anything_runs(tmp_path, args, named):
     assert result.returncode != 0 and "Traceback" not in result.stderr
     message = [line for line in result.stderr.splitlines() if "error" in line][-1]
     assert named in message and "run 1/" not in result.stderr  # nothing was measured
+    assert message.startswith(("error: ", "sps.py: error: ")), message
 
 
 def test_update_compute_counts_the_updates_floating_point_work():
