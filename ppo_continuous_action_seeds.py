@@ -73,6 +73,8 @@ class Args:
 
     env_id: str = "Hopper-v5"
     """a gymnasium environment with a continuous (Box) action space"""
+    mask_velocity: bool = False
+    """observe positions only, the velocities dropped (a partially observed task; POSITIONS lists the tasks)"""
     total_timesteps: int = 1_000_000
     """environment steps of the whole run, summed over the parallel envs"""
     num_envs: int = 1
@@ -208,6 +210,8 @@ class Args:
                 f"--num-minibatches {self.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
                 "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
             )
+        if self.mask_velocity and self.env_id not in POSITIONS:
+            raise ArgError(f"--mask-velocity knows the positions of {', '.join(POSITIONS)}; leave it off for {self.env_id}")
         if self.norm_per_env and self.vector_env != "sync":
             raise ArgError(
                 "--norm-per-env keeps the statistics in each env, where checkpoints reach them with --vector-env sync only; "
@@ -249,6 +253,24 @@ class SeedsArgs(Args):
         super().check(world_size, kind)
 
 
+# --mask-velocity: the entries of each task's observation that are positions (a v5 MuJoCo task's qpos part: coordinates
+# and joint angles), the rest (velocities, and Ant's and Humanoid's forces) dropped
+POSITIONS = {
+    "Pendulum-v1": range(2),  # of 3: the cosine and sine of the angle
+    "HalfCheetah-v5": range(8),  # of 17
+    "Hopper-v5": range(5),  # of 11
+    "Walker2d-v5": range(8),  # of 17
+    "Swimmer-v5": range(3),  # of 8
+    "Ant-v5": range(13),  # of 105
+    "Humanoid-v5": range(22),  # of 348
+    "HumanoidStandup-v5": range(22),  # of 348
+    "InvertedPendulum-v5": range(2),  # of 4
+    "InvertedDoublePendulum-v5": range(5),  # of 9: the cart, the two angles' sines and cosines
+    "Reacher-v5": [0, 1, 2, 3, 4, 5, 8, 9],  # of 10: the angles' cosines and sines, the target, the fingertip's offset
+    "Pusher-v5": [*range(7), *range(14, 23)],  # of 23: the joint angles, the fingertip, the object, the goal
+}
+
+
 def make_env(args: Args, idx: int, video_folder: str | None):
     def thunk():
         if args.capture_video and video_folder is not None:
@@ -257,6 +279,10 @@ def make_env(args: Args, idx: int, video_folder: str | None):
             env = gym.wrappers.RecordVideo(env, video_folder)
         else:
             env = gym.make(args.env_id)
+        if args.mask_velocity:  # position-only observations
+            keep, space = list(POSITIONS[args.env_id]), env.observation_space
+            space = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
+            env = gym.wrappers.TransformObservation(env, lambda obs: obs[keep], space)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return, before any scaling
         if args.norm_per_env and args.norm_obs:  # M1, M2 in this env alone (CleanRL's placement)
             env = gym.wrappers.NormalizeObservation(env)

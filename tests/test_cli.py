@@ -66,6 +66,7 @@ BAD_INPUTS = [
     ("ppo_continuous_action", ["--resume", "corrupt.pt"], "--resume"),
     ("ppo_continuous_action", ["--resume", "missing.pt"], "--resume"),
     ("ppo_continuous_action", ["--norm-per-env", "--vector-env", "async"], "--vector-env sync"),
+    ("ppo_continuous_action", ["--env-id", "MountainCarContinuous-v0", "--mask-velocity"], "--mask-velocity"),
     # gymnasium's module:EnvId (MY_ENVS' module is on PYTHONPATH): a module that is not there, one that registers no such
     # env, and an env of the other kind
     ("ppo_continuous_action", ["--env-id", "nosuchmodule:X-v0"],
