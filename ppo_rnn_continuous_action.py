@@ -1,0 +1,682 @@
+"""Recurrent PPO for continuous actions (LSTM or GRU): ppo_continuous_action.py plus memory (B2) and the recurrent details
+(B3) of ppo_rnn.py, and nothing else: every general, MuJoCo, auxiliary and truncation detail keeps its flag and meaning.
+B3 makes minibatches of whole env sequences, so the batch comes from 32 envs of 64 steps (the feed-forward script's
+2048 steps and 32 minibatches of 64). What is not PPO is in the package ppo_utils/ beside it (the run's life cycle,
+checkpoints, flag checks); of the details it carries only X2's averaging, called from train().
+
+    python ppo_rnn_continuous_action.py --env-id Hopper-v5 --mask-velocity --total-timesteps 1000000
+"""
+
+import os
+import random
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.utils import RunningMeanStd
+from torch.distributions.normal import Normal
+
+from ppo_utils.checkpoints import Update, restore, resume_flags
+from ppo_utils.distributed import all_ranks_mean, average_env_statistics, average_gradients, broadcast_parameters
+from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
+from ppo_utils.flag_checks import ArgError, check_args
+from ppo_utils.run import Run, main
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (one folder name), part of the run folder runs/{env_id}__{exp_name}__{seed}__{time}"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments (env i gets seed + i), in 0 .. 2**32 - 1"""
+    torch_deterministic: bool = True
+    """sets `torch.backends.cudnn.deterministic`"""
+    cuda: bool = True
+    """use CUDA when a GPU is present (the CPU otherwise)"""
+    torch_threads: int = 1
+    """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core; 1 suits these small MLPs best"""
+    tf32: bool = False
+    """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
+    fused_adam: bool = True
+    """Adam's fused kernel (faster; the same steps up to float rounding); off: PyTorch's default Adam, as CleanRL uses"""
+    track: bool = False
+    """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
+    wandb_project_name: str = "ppo-details"
+    """the wandb project"""
+    wandb_entity: str | None = None
+    """the wandb entity (team); None: your default entity"""
+    capture_video: bool = False
+    """record videos of env 0 under runs/{run_name}/videos (headless: MUJOCO_GL defaults to egl)"""
+    save_model: bool = True
+    """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
+    checkpoint_interval: int | None = None
+    """write runs/{run_name}/agent.pt every this many updates; None: every 100 with --save-model, else never; 0: never"""
+    resume: str | None = None
+    """continue the run saved in this agent.pt with its own flags, schedules, statistics and RNG states (new episodes)"""
+    eval_checkpoint: str | None = None
+    """instead of training, load this agent.pt (written by --save-model) and report its mean episodic return"""
+    eval_episodes: int = 10
+    """how many episodes --eval-checkpoint plays"""
+
+    env_id: str = "Hopper-v5"
+    """a gymnasium environment with a continuous (Box) action space"""
+    mask_velocity: bool = False
+    """observe positions only, the velocities dropped (a partially observed task; POSITIONS lists the tasks)"""
+    total_timesteps: int = 1_000_000
+    """environment steps of the whole run, summed over the parallel envs"""
+    num_envs: int = 32
+    """(G10) number of parallel environments"""
+    num_steps: int = 64
+    """(G10) steps per environment in each rollout (the paper's horizon T)"""
+    vector_env: Literal["sync", "async"] = "sync"
+    """(G10) gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (one subprocess per env)"""
+
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"
+    """(G1) the paper's Table 1 objective: clipped, unclipped, or a KL penalty, fixed (--kl-beta) or adaptive (--kl-dtarg)"""
+    clip_coef: float = 0.2
+    """(G1, G4) the clip range epsilon of the surrogate and of the value loss, > 0 (no clipping: G1 unclipped, G4 off)"""
+    kl_beta: float = 1.0
+    """(G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)"""
+    kl_dtarg: float = 0.01
+    """(G1) the target KL d_targ of kl-adaptive"""
+    gae: bool = True
+    """(G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end"""
+    gamma: float = 0.99
+    """(G2) the discount factor gamma, in [0, 1]"""
+    gae_lambda: float = 0.95
+    """(G2) the GAE lambda, in [0, 1]"""
+    norm_adv: bool = True
+    """(G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed"""
+    clip_vloss: bool = True
+    """(G4) clip the value loss around the rollout's values, as the surrogate is clipped; off: plain squared error"""
+    ent_coef: float = 0.0
+    """(G5) the coefficient of the entropy bonus in the loss; 0 turns it off"""
+    vf_coef: float = 0.5
+    """(G5) the coefficient of the value loss in the loss"""
+    anneal_lr: bool = True
+    """(G6) anneal the learning rate linearly to 0 over the run; off: constant"""
+    learning_rate: float = 3e-4
+    """(G6) the Adam learning rate (at the start of the run)"""
+    num_minibatches: int = 32
+    """(G7) minibatches per epoch; 1 = the full batch"""
+    update_epochs: int = 10
+    """(G7) epochs over each rollout"""
+    max_grad_norm: float = 0.5
+    """(G8) clip the global L2 norm of all gradients to this value; 0 turns it off"""
+    ortho_init: bool = True
+    """(G9) orthogonal weights (gain sqrt(2) hidden, 0.01 policy, 1 value), zero biases; off: PyTorch's default init"""
+    adam_eps: float = 1e-5
+    """(G11) the epsilon of Adam (PyTorch's default is 1e-8)"""
+
+    norm_obs: bool = True
+    """(M1) normalize observations by a running mean and variance shared by all envs (and torchrun ranks); off: raw"""
+    clip_obs: float = 10.0
+    """(M2) clip normalized observations to [-clip_obs, clip_obs]; 0 turns it off (as does --no-norm-obs)"""
+    norm_reward: bool = True
+    """(M3) divide rewards by the running std of a discounted return (no mean subtracted); off: raw rewards"""
+    clip_reward: float = 10.0
+    """(M4) clip scaled rewards to [-clip_reward, clip_reward]; 0 turns it off (as does --no-norm-reward)"""
+    norm_per_env: bool = False
+    """(M1, M3) normalize in each env by itself with gymnasium's single-env wrappers, as CleanRL (docs/cleanrl.md);
+    off (the reference): one set of statistics for all envs, the episode's final observation not counted"""
+    state_dependent_std: bool = False
+    """(M5) a network head outputs the log-std; off (the reference): a state-independent log-std parameter"""
+    log_std_init: float = 0.0
+    """(M5) the initial log-std (the bias of the head with --state-dependent-std)"""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """(M6) the activation of the hidden layers"""
+    shared_network: bool = False
+    """(M7) policy and value share their hidden layers; off (the reference): two separate networks"""
+    clip_action: bool = True
+    """(M8) clip actions to the action space for the env only, storing the unclipped sample; off: the raw sample"""
+
+    anneal_clip_coef: bool = False
+    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate; off: a constant clip range"""
+    target_kl: float | None = None
+    """(X3) stop an update's epochs once the approximate KL of an epoch's last minibatch exceeds this; None: off"""
+
+    bootstrap_truncated: bool = False
+    """(B1) add gamma * V(final obs) to the last reward of a time-limit truncation; off (the reference): as a termination"""
+
+    rnn: Literal["lstm", "gru"] = "lstm"
+    """(B2) the recurrent layer between the encoder and the policy and value heads"""
+    rnn_hidden_size: int = 128
+    """(B2) the size of the recurrent layer's state"""
+
+    script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
+    env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1}  # --eval-checkpoint plays one env
+    # each numeric flag's range: flag -> (the test its value must pass, what the message "--flag value: ..." asks for; a
+    # value that turns a detail off says which). check_args tests them, and those of the run flags (ppo_utils.flag_checks)
+    flag_rules: ClassVar[dict] = {
+        "torch_threads": (lambda v: v >= 0, "pass a positive count, or 0 for torch's default"),
+        "num_envs": (lambda v: v >= 1, "pass a positive count"),
+        "num_steps": (lambda v: v >= 1, "pass a positive count"),
+        "clip_coef": (  # 0 is no "off": with it neither the policy (G1) nor the value (G4) may move from the rollout's
+            lambda v: v > 0,
+            "pass a clip range > 0; to turn clipping off use --surrogate unclipped (G1) and --no-clip-vloss (G4)",
+        ),
+        "kl_beta": (  # 0 is --surrogate unclipped, and kl-adaptive would never move it (it doubles or halves beta)
+            lambda v: v > 0,
+            "pass a KL penalty coefficient > 0; for no penalty use --surrogate unclipped",
+        ),
+        "kl_dtarg": (lambda v: v > 0, "pass a target KL > 0"),
+        "gamma": (lambda v: 0 <= v <= 1, "pass a discount in [0, 1]"),
+        "gae_lambda": (lambda v: 0 <= v <= 1, "pass a lambda in [0, 1] (--no-gae turns GAE off)"),
+        "ent_coef": (lambda v: v >= 0, "pass a coefficient >= 0 (0: no entropy bonus)"),
+        "vf_coef": (lambda v: v >= 0, "pass a coefficient >= 0"),
+        "learning_rate": (lambda v: v >= 0, "pass a learning rate > 0, or 0 to leave the agent as initialized"),
+        "num_minibatches": (lambda v: v >= 1, "pass a positive count (1: the full batch)"),
+        "update_epochs": (lambda v: v >= 1, "pass a positive count"),
+        "max_grad_norm": (lambda v: v >= 0, "pass a norm > 0, or 0 to turn G8 off"),
+        "adam_eps": (lambda v: v > 0, "pass an epsilon > 0 (Adam divides by it where a gradient is 0)"),
+        "target_kl": (lambda v: v >= 0, "pass a KL >= 0 (0: one epoch per update), or leave it unset (None) to turn X3 off"),
+        "clip_obs": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M2 off"),
+        "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
+        "rnn_hidden_size": (lambda v: v >= 1, "pass a positive size"),
+    }
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
+        return self.total_timesteps // (self.batch_size * launched_processes())
+
+    def check(self, world_size: int, kind: str):
+        """How the flags fit together, for `world_size` processes (X2) on an env of `kind` (flag_checks.ENV_KINDS):
+        check_args calls this once each flag is in its range and the env id is one this script takes; ArgError for the
+        first misfit."""
+        if self.num_envs % self.num_minibatches:  # B3
+            raise ArgError(
+                f"--num-minibatches {self.num_minibatches} does not divide --num-envs {self.num_envs} (minibatches are made "
+                f"of whole env sequences); choose a divisor of {self.num_envs}"
+            )
+        if self.norm_adv and self.minibatch_size == 1:
+            raise ArgError(
+                f"--num-minibatches {self.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
+                "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
+            )
+        if self.mask_velocity and self.env_id not in POSITIONS:
+            raise ArgError(f"--mask-velocity knows the positions of {', '.join(POSITIONS)}; leave it off for {self.env_id}")
+        if self.norm_per_env and self.vector_env != "sync":
+            raise ArgError(
+                "--norm-per-env keeps the statistics in each env, where checkpoints reach them with --vector-env sync only; "
+                "add --vector-env sync"
+            )
+        if self.norm_per_env and world_size > 1:
+            raise ArgError(
+                "--norm-per-env keeps statistics per env, which torchrun's ranks (X2) do not merge; drop one of them"
+            )
+
+
+# --mask-velocity: the entries of each task's observation that are positions (a v5 MuJoCo task's qpos part: coordinates
+# and joint angles), the rest (velocities, and Ant's and Humanoid's forces) dropped
+POSITIONS = {
+    "Pendulum-v1": range(2),  # of 3: the cosine and sine of the angle
+    "HalfCheetah-v5": range(8),  # of 17
+    "Hopper-v5": range(5),  # of 11
+    "Walker2d-v5": range(8),  # of 17
+    "Swimmer-v5": range(3),  # of 8
+    "Ant-v5": range(13),  # of 105
+    "Humanoid-v5": range(22),  # of 348
+    "HumanoidStandup-v5": range(22),  # of 348
+    "InvertedPendulum-v5": range(2),  # of 4
+    "InvertedDoublePendulum-v5": range(5),  # of 9: the cart, the two angles' sines and cosines
+    "Reacher-v5": [0, 1, 2, 3, 4, 5, 8, 9],  # of 10: the angles' cosines and sines, the target, the fingertip's offset
+    "Pusher-v5": [*range(7), *range(14, 23)],  # of 23: the joint angles, the fingertip, the object, the goal
+}
+
+
+def make_env(args: Args, idx: int, video_folder: str | None):
+    def thunk():
+        if args.capture_video and idx == 0:
+            os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
+            env = gym.make(args.env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_folder)
+        else:
+            env = gym.make(args.env_id)
+        if args.mask_velocity:  # position-only observations
+            keep, space = list(POSITIONS[args.env_id]), env.observation_space
+            space = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
+            env = gym.wrappers.TransformObservation(env, lambda obs: obs[keep], space)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return, before any scaling
+        if args.norm_per_env and args.norm_obs:  # M1, M2 in this env alone (CleanRL's placement)
+            env = gym.wrappers.NormalizeObservation(env)
+            if args.clip_obs > 0:
+                clip = lambda obs: np.clip(obs, -args.clip_obs, args.clip_obs)
+                env = gym.wrappers.TransformObservation(env, clip, env.observation_space)
+        if args.norm_per_env and args.norm_reward:  # M3, M4 in this env alone
+            env = gym.wrappers.NormalizeReward(env, gamma=args.gamma)
+            env = gym.wrappers.ClipReward(env, -args.clip_reward, args.clip_reward) if args.clip_reward > 0 else env
+        return env
+
+    return thunk
+
+
+def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
+    """The parallel envs (G10) and the reference's vector-level wrappers, in the reference's order."""
+    thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
+    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
+    # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
+    # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
+    envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+    if args.clip_action:
+        envs = gym.wrappers.vector.ClipAction(envs)  # M8
+    if args.norm_per_env:
+        return envs  # M1-M4 are inside each env (make_env)
+    if args.norm_obs:
+        envs = NormalizeObservation(envs, clip=args.clip_obs)  # M1, M2
+    if args.norm_reward:
+        # M3 as gymnasium does it, unlike the reference at a termination only: the discounted return restarts before the
+        # terminating step's reward is added to the statistics, the reference's after (time-limit ends are the same)
+        envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)  # M3
+    if args.norm_reward and args.clip_reward > 0:
+        envs = gym.wrappers.vector.ClipReward(envs, -args.clip_reward, args.clip_reward)  # M4
+    return envs
+
+
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """M1 and M2 as the reference's VecNormalize does them: one running mean/variance shared by all envs, updated with
+    each batch of observations the agent sees, then clipping. gymnasium's own vector NormalizeObservation refuses the
+    SAME_STEP autoreset used here, and would leave infos["final_obs"] unnormalized: this one normalizes it with the
+    same statistics (without counting it, as the reference never sees it), so that B1 bootstraps from what the value
+    network was trained on."""
+
+    def __init__(self, env: gym.vector.VectorEnv, clip: float, epsilon: float = 1e-8):
+        super().__init__(env)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, env.single_observation_space.shape, np.float32)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
+        self.obs_rms = RunningMeanStd(shape=env.single_observation_space.shape)
+        self.clip, self.epsilon, self.update_running_mean = clip, epsilon, True
+
+    def normalize(self, obs):
+        obs = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        return (np.clip(obs, -self.clip, self.clip) if self.clip > 0 else obs).astype(np.float32)  # M2
+
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        return self.normalize(obs), infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        if "final_obs" in infos:
+            final_obs = infos["final_obs"].copy()
+            for i in np.flatnonzero(infos["_final_obs"]):
+                final_obs[i] = self.normalize(final_obs[i])
+            infos["final_obs"] = final_obs
+        return self.normalize(obs), rewards, terminations, truncations, infos
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
+    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
+    if ortho:
+        torch.nn.init.orthogonal_(layer.weight, std)
+        torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, args: Args):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        act_dim = int(np.prod(envs.single_action_space.shape))
+        activation = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation]  # M6
+        ortho = args.ortho_init
+
+        def body():  # two hidden layers of 64 units
+            return nn.Sequential(
+                layer_init(nn.Linear(obs_dim, 64), ortho=ortho),
+                activation(),
+                layer_init(nn.Linear(64, 64), ortho=ortho),
+                activation(),
+            )
+
+        def rnn():  # B2, B3: orthogonal weights (gain 1), zero biases; always, --no-ortho-init (G9) included
+            cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](64, args.rnn_hidden_size)
+            for name, param in cell.named_parameters():
+                if "bias" in name:
+                    nn.init.constant_(param, 0)
+                elif "weight" in name:
+                    nn.init.orthogonal_(param, 1.0)
+            return cell
+
+        # built in CleanRL's order (the critic whole, then the actor), so that a seed draws the same initial weights
+        self.shared_network = args.shared_network
+        self.critic_body, self.critic_rnn = body(), rnn()
+        self.critic = layer_init(nn.Linear(args.rnn_hidden_size, 1), std=1.0, ortho=ortho)
+        self.actor_body = self.critic_body if args.shared_network else body()  # M7
+        self.actor_rnn = self.critic_rnn if args.shared_network else rnn()
+        self.actor_mean = layer_init(nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, ortho=ortho)
+        self.state_dependent_std = args.state_dependent_std
+        if args.state_dependent_std:  # M5 ablation
+            self.actor_logstd = layer_init(
+                nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho
+            )
+        else:  # M5
+            self.actor_logstd = nn.Parameter(torch.full((1, act_dim), args.log_std_init))
+        self.num_state_tensors = 2 if args.rnn == "lstm" else 1  # the state's rows per network: h (and c for an LSTM)
+        rows = self.num_state_tensors * (1 if args.shared_network else 2)  # the actor's, then the critic's
+        self.state_shape = (rows, args.rnn_hidden_size)
+
+    def initial_state(self, num_envs, device=None):
+        """B3: the recurrent state starts at zero."""
+        return torch.zeros((self.state_shape[0], num_envs, self.state_shape[1]), device=device)
+
+    def recur(self, body, rnn, x, state, done):
+        """B3: runs x (T * N observations of N envs, time-major) through the encoder and the recurrent layer from `state`,
+        which is reset to zero before each step t where done[t] is 1. Cut at the steps where any env resets, each piece
+        runs in one call: exactly what a step-by-step loop computes. Returns the T * N outputs and the last state."""
+        hidden = body(x)
+        hidden = hidden.reshape((-1, state.shape[1]) + hidden.shape[1:])
+        done = done.reshape((-1, state.shape[1]))
+        cuts = [0] + (torch.nonzero(done[1:].any(1)).flatten() + 1).tolist() + [len(done)]  # device sync
+        outputs = []
+        for start, end in zip(cuts[:-1], cuts[1:]):
+            state = state * (1.0 - done[start]).view(1, -1, 1)
+            if self.num_state_tensors == 2:
+                out, (hx, cx) = rnn(hidden[start:end], (state[:1].contiguous(), state[1:].contiguous()))
+                state = torch.cat([hx, cx])
+            else:
+                out, state = rnn(hidden[start:end], state.contiguous())
+            outputs.append(out)
+        return torch.cat(outputs).flatten(0, 1), state
+
+    def get_value(self, x, state, done):
+        hidden, _ = self.recur(self.critic_body, self.critic_rnn, x, state[-self.num_state_tensors :], done)
+        return self.critic(hidden)
+
+    def get_action_and_value(self, x, state, done, action=None):
+        hidden, next_state = self.recur(self.actor_body, self.actor_rnn, x, state[: self.num_state_tensors], done)
+        action_mean = self.actor_mean(hidden)
+        if self.state_dependent_std:
+            action_logstd = self.actor_logstd(hidden)
+        else:
+            action_logstd = self.actor_logstd.expand_as(action_mean)
+        probs = Normal(action_mean, action_logstd.exp(), validate_args=False)  # a NaN goes on to the guard in train()
+        if action is None:
+            action = probs.sample()
+        if not self.shared_network:
+            hidden, critic_state = self.recur(self.critic_body, self.critic_rnn, x, state[self.num_state_tensors :], done)
+            next_state = torch.cat([next_state, critic_state])  # the actor's rows, then the critic's
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden), next_state
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
+    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
+    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
+    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values."""
+    num_steps = rewards.shape[0]
+    if gae:
+        advantages = torch.zeros_like(rewards)
+        lastgaelam = 0
+        for t in reversed(range(num_steps)):
+            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+            nextvalues = next_value if t == num_steps - 1 else values[t + 1]
+            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        returns = advantages + values
+    else:
+        returns = torch.zeros_like(rewards)
+        next_return = next_value
+        for t in reversed(range(num_steps)):
+            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+            returns[t] = next_return = rewards[t] + gamma * nextnonterminal * next_return
+        advantages = returns - values
+    return advantages, returns
+
+
+def normalize_advantages(advantages):
+    """G3, applied to each minibatch. torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's numpy std
+    divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+
+def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`. The KL penalty uses the
+    estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased, with the exact KL's
+    gradient in expectation."""
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    pg_loss = -advantages * ratio
+    if surrogate == "clip":
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+    if surrogate == "unclipped":
+        return pg_loss.mean()
+    return pg_loss.mean() + kl_beta * ((ratio - 1) - logratio).mean()
+
+
+def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
+    """G4: half the squared error, with clip_vloss the larger of the plain and the clipped-around-oldvalue errors."""
+    v_loss = (newvalue - returns) ** 2
+    if clip_vloss:
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+        v_loss = torch.max(v_loss, (v_clipped - returns) ** 2)
+    return 0.5 * v_loss.mean()
+
+
+def adapt_kl_beta(kl_beta, kl, kl_dtarg):
+    """G1 kl-adaptive: the paper's rule, applied once per update with the KL measured after it."""
+    if kl < kl_dtarg / 1.5:
+        return kl_beta / 2
+    if kl > kl_dtarg * 1.5:
+        return kl_beta * 2
+    return kl_beta
+
+
+def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
+    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged statistics;
+    KL estimates and clip fraction carry no gradient."""
+    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(mb["obs"], mb["state"], mb["dones"], mb["actions"])
+    logratio = newlogprob - mb["logprobs"]
+    with torch.no_grad():
+        ratio = logratio.exp()
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
+    v_loss = value_loss(newvalue.view(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
+
+
+def env_minibatches(num_steps, num_envs, num_minibatches):
+    """B3: minibatches of whole env sequences: the envs are shuffled and split, each minibatch takes all steps of its
+    envs. Yields (env indices, flat batch indices in time-major order)."""
+    env_inds = np.arange(num_envs)
+    np.random.shuffle(env_inds)
+    flat_inds = np.arange(num_steps * num_envs).reshape(num_steps, num_envs)
+    for mb_env_inds in np.split(env_inds, num_minibatches):
+        yield mb_env_inds, flat_inds[:, mb_env_inds].ravel()
+
+
+def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
+    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
+    --compile (the default) swaps in ppo_utils.compiled.compiled_backward(ppo_loss): the same, as one compiled graph."""
+    loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
+    loss.backward()
+    return mb_stats
+
+
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
+    or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each the mean over all minibatches of
+    all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
+    all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
+    for epoch in range(args.update_epochs):
+        for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
+            mb = {key: value[mb_inds] for key, value in batch.items() if key != "state"}
+            mb["state"] = batch["state"][:, mb_env_inds]
+            optimizer.zero_grad()
+            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients; ppo_loss's statistics
+            all_mb_stats.append(torch.stack(list(mb_stats.values())))
+            average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
+            if args.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
+            optimizer.step()
+
+        approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
+            break
+    return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
+
+
+def batch_kl(agent, batch):
+    """The estimate of KL[pi_old, pi] over the whole batch, measured after an update (for kl-adaptive)."""
+    with torch.no_grad():
+        _, newlogprob, _, _, _ = agent.get_action_and_value(batch["obs"], batch["state"], batch["dones"], batch["actions"])
+        logratio = newlogprob - batch["logprobs"]
+        return ((logratio.exp() - 1) - logratio).mean()
+
+
+def truncation_bootstrap(agent, state, infos, terminations, truncations, gamma):
+    """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others."""
+    device = next(agent.parameters()).device
+    cut = truncations & ~terminations
+    bonus = np.zeros(len(cut), dtype=np.float32)
+    if cut.any():
+        final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
+        with torch.inference_mode():
+            no_reset = torch.zeros(int(cut.sum()), device=device)  # B3: it continues the episode, from `state`
+            bonus[cut] = gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()  # device sync
+    return bonus
+
+
+def train(args: Args, stop_signals=()):
+    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks).
+    Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
+    current env step, saves a checkpoint, closes everything and returns."""
+    args, checkpoint = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
+    check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
+    rank, world_size, device = distributed_setup(args.cuda)  # X2: torchrun's process group; rank r on GPU r of its node
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder, logs
+    seed = rank_seed(args.seed, rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+
+    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
+    agent = Agent(envs, args).to(device)
+    fused = args.fused_adam or None  # None: PyTorch's default Adam
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
+    backward = ppo_backward  # no --compile here: dynamo cannot trace nn.LSTM and nn.GRU
+    last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
+    if checkpoint:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
+        last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
+    broadcast_parameters(agent, world_size)  # X2: every rank starts from rank 0's parameters
+    run.start(agent, optimizer, envs, last_update)
+    global_step, kl_beta = last_update.global_step, last_update.kl_beta
+
+    # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one). The rewards and
+    # episode ends stay on the host until the rollout ends: a step copies the observations in and the action out
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs))
+    dones = torch.zeros((args.num_steps, args.num_envs))
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+
+    next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
+    next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+    next_done = torch.zeros(args.num_envs)
+    next_state = initial_state = agent.initial_state(args.num_envs, device)  # B3
+
+    for iteration in range(last_update.iteration + 1, args.num_iterations + 1):
+        frac = 1.0 - (iteration - 1.0) / args.num_iterations
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
+        clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
+        initial_state = next_state.clone()  # B3: training recomputes the states from here
+
+        for step in range(args.num_steps):
+            global_step += args.num_envs * world_size  # X2: the steps of all ranks
+            obs[step] = next_obs
+            dones[step] = next_done
+            with torch.inference_mode():
+                action, logprob, _, value, next_state = agent.get_action_and_value(next_obs, next_state, next_done.to(device))
+            values[step] = value.flatten()
+            actions[step] = action  # M8: the unclipped sample is stored; ClipAction clips what the env gets
+            logprobs[step] = logprob
+
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())  # device sync
+            if args.bootstrap_truncated:
+                reward = reward + truncation_bootstrap(agent, next_state, infos, terminations, truncations, args.gamma)  # B1
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
+            next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
+            run.log.record_episodes(infos, global_step)
+            if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
+                break
+        if run.stopping:
+            break  # the unfinished rollout is dropped; the checkpoint is the last finished update's
+
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs, next_state, next_done.to(device)).reshape(1, -1)
+            advantages, returns = compute_gae(  # the rollout's rewards and episode ends go to the device once
+                rewards.to(device), values, dones.to(device), next_value, next_done.to(device),
+                args.gamma, args.gae_lambda, args.gae,
+            )  # fmt: skip
+
+        batch = {
+            "obs": obs.reshape((-1,) + envs.single_observation_space.shape),
+            "actions": actions.reshape((-1,) + envs.single_action_space.shape),
+            "logprobs": logprobs.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values.reshape(-1),
+            "dones": dones.to(device).reshape(-1),
+            "state": initial_state,  # B3: the recurrent state at the rollout's start, (rows, num_envs, hidden)
+        }
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, backward)
+        run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
+        if args.surrogate == "kl-adaptive":
+            kl_beta = adapt_kl_beta(
+                kl_beta, all_ranks_mean(batch_kl(agent, batch), world_size).item(), args.kl_dtarg
+            )  # G1
+
+        y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef}
+        if args.surrogate in ("kl-fixed", "kl-adaptive"):
+            scalars["charts/kl_beta"] = kl_beta
+        if args.target_kl is not None:
+            scalars["charts/update_epochs"] = stats["epochs"]  # X3: the epochs run before the KL stopped the update
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}  # device sync
+        scalars["losses/explained_variance"] = explained_var
+        run.log.write(global_step, scalars)  # with the episodes that ended and the SPS
+        average_env_statistics(envs, world_size, device)  # X2: M1's and M3's statistics merged over the ranks
+        run.finish_update(iteration, global_step, kl_beta)  # a checkpoint every --checkpoint-interval updates
+
+    run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
+    rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
+    rollout["initial_state"] = initial_state
+    returns, sps = run.log.episodic_returns, run.log.sps
+    return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
+
+
+if __name__ == "__main__":
+    # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
+    main(tyro.cli(Args), train, make_envs, Agent)
