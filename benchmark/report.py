@@ -32,7 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from report_data import merge_data, read_csv, read_data, read_runs_folder, summarize, write_data
+from report_data import merge_data, read_csv, read_data, read_runs_folder, summarize, taken_runs, write_data
 from report_figures import plot_env
 from report_table1 import PAPER_TABLE1, TABLE1_SETTINGS, plot_table1, plot_table1_curves, table1_section
 from report_tables import (
@@ -40,6 +40,7 @@ from report_tables import (
     SOURCES,
     ablation_table,
     aggregate_iqm,
+    comparison_table,
     floor_section,
     peer_table,
     runs_table,
@@ -54,6 +55,21 @@ def main(argv=None):
     parser.add_argument("folder", help="a folder written by benchmark/run.py, or a results folder with data/ to rebuild")
     parser.add_argument("--output", help="where README.md, the PNGs and data/ go (default: the folder)")
     parser.add_argument("--last", type=int, default=100, help="episodes at the end of each run that make its score")
+    parser.add_argument(
+        "--take",
+        nargs=3,
+        action="append",
+        metavar=("RESULTS", "VARIANT", "NAME"),
+        help="keep beside these runs those of VARIANT in the results folder RESULTS (its data/), on the same env ids, "
+        "as variant NAME; e.g. --take benchmark/results/mujoco default full-obs",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        action="append",
+        metavar=("BASE", "VARIANT"),
+        help="a section of VARIANT against BASE on each env: the difference of their scores with a bootstrap interval",
+    )
     options = parser.parse_args(argv)
     root = Path(options.folder)
     if not root.is_dir():
@@ -73,6 +89,10 @@ def main(argv=None):
             "benchmark/run.py or at a results folder with its data/"
         )
     tables = kept if new is None else merge_data(kept, new)
+    for results, variant, name in options.take or []:  # the committed runs of another report, kept in this one's data
+        if new is None:
+            raise SystemExit(f"error: --take adds runs to those of a runs folder; {root} holds none")
+        tables = merge_data(tables, taken_runs(Path(results), variant, name, sorted(tables.runs["env_id"].unique())))
     commands = (data / "commands.txt").read_text().splitlines() if (data / "commands.txt").exists() else []
     if new is not None:  # the runner's commands (command.txt) and this one join those of earlier sittings
         runner_command = root / "command.txt"
@@ -105,6 +125,9 @@ def main(argv=None):
             + TABLE1_SETTINGS + "\n\n![Learning curves by family](table1_curves.png)\n"
         )  # fmt: skip
     sections.append("## Scores\n\n" + score_table(runs, options.last) + "\n")
+    for base, variant in options.compare or []:
+        note = "A return is the mean ± the sample standard deviation over seeds; the interval resamples each side's seeds.\n\n"
+        sections.append(f"## {variant} against {base}\n\n" + note + comparison_table(runs, base, variant) + "\n")
     iqm = aggregate_iqm(runs) if runs["env_id"].nunique() > 1 and not table1 else ""
     if iqm:
         sections.append("## Aggregate over tasks (rliable)\n\n" + iqm + "\n")

@@ -189,6 +189,27 @@ def merge_data(kept, new):
     return Tables(*(joined(old, fresh) for old, fresh in zip(kept, new)))
 
 
+def taken_runs(results: Path, variant: str, name: str, env_ids):
+    """report.py --take: the runs of `variant` on `env_ids` that the data of another results folder keep, renamed
+    `name` (the committed runs of another report, shown beside this one's); exits in one line where there are none."""
+    tables = read_data(results / "data")
+    if tables is None:
+        raise SystemExit(f"error: --take {results}: no {results / 'data' / 'runs.csv'}; pass a results folder with its data/")
+
+    def rows(table):
+        if table is None:
+            return None
+        taken = table[(table["variant"] == variant) & table["env_id"].isin(env_ids)]
+        return taken.assign(variant=name)
+
+    taken = Tables(*(rows(table) for table in tables))
+    if taken.runs.empty:
+        raise SystemExit(
+            f"error: --take {results} {variant} {name}: its data hold no runs of {variant} on {', '.join(env_ids)}"
+        )
+    return taken
+
+
 def write_data(data: Path, tables):
     """The tables, sorted; returns rounded to 0.1 (the report's precision), statistics to 4 significant digits: about
     22 kB per 1M-step MuJoCo run's episodes once compressed."""

@@ -108,17 +108,35 @@ def peer_table(runs: pd.DataFrame, peers):
             theirs = env_runs[env_runs["variant"] == peer]["score"]
             if ours.empty:
                 continue
-            difference = f"{ours.mean() - theirs.mean():+.1f}"
-            if min(len(ours), len(theirs)) < 2:  # a resampled single seed is that seed: no interval to speak of
-                difference, verdict = difference + " (one seed on a side: no interval)", "none given yet"
-            else:
-                low, high = difference_interval(ours, theirs)
-                difference += f" [{low:+.1f}, {high:+.1f}]"
-                verdict = "**below**" if high < 0 else "**above**" if low > 0 else "**level**"
+            difference, verdict = compared(ours, theirs)
             lines.append(
                 f"| {env_id} | {mean_std(ours)} ({seeds(ours)}) | {peer} ({peers[peer]}) | {mean_std(theirs)} "
                 f"({seeds(theirs)}) | {difference} | {verdict} |"
             )
+    return "\n".join(lines)
+
+
+def compared(ours, theirs):
+    """The difference of two sides' mean scores over seeds with its 95% bootstrap interval, and the verdict it gives:
+    level where the interval contains 0, none with a single seed on a side."""
+    difference = f"{ours.mean() - theirs.mean():+.1f}"
+    if min(len(ours), len(theirs)) < 2:  # a resampled single seed is that seed: no interval to speak of
+        return difference + " (one seed on a side: no interval)", "none given yet"
+    low, high = difference_interval(ours, theirs)
+    return difference + f" [{low:+.1f}, {high:+.1f}]", "**below**" if high < 0 else "**above**" if low > 0 else "**level**"
+
+
+def comparison_table(runs: pd.DataFrame, base: str, variant: str):
+    """report.py --compare: one variant against another on each env that has both, as peer_table does for peers."""
+    lines = [
+        f"| env | {base} | {variant} | {variant} - {base} [95% bootstrap interval] | {variant} is |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for env_id, env_runs in runs.groupby("env_id"):
+        theirs, ours = (env_runs[env_runs["variant"] == name]["score"] for name in (base, variant))
+        if not ours.empty and not theirs.empty:
+            difference, verdict = compared(ours, theirs)
+            lines.append(f"| {env_id} | {mean_std(theirs)} | {mean_std(ours)} | {difference} | {verdict} |")
     return "\n".join(lines)
 
 

@@ -108,8 +108,12 @@ def ablations(script):
     with that detail turned off (or set to its non-reference value), named after its id. X2 is a launcher
     (torchrun), not a flag, and is left out. G1 gets the paper's three other Table 1 objectives, each at the setting
     that is this script's default: no clipping or penalty, a fixed KL penalty (beta 1), an adaptive one (d_targ 0.01)."""
-    continuous = script == "ppo_continuous_action.py"
-    rnn = script == "ppo_rnn.py"
+    continuous = script in ("ppo_continuous_action.py", "ppo_rnn_continuous_action.py")
+    rnn = script in ("ppo_rnn.py", "ppo_rnn_continuous_action.py")
+    if script == "ppo_rnn_continuous_action.py":  # G10: the same batch from 8 envs instead of 32, in 8 minibatches (B3)
+        g10 = "--num-envs 8 --num-steps 256 --num-minibatches 8"
+    else:  # the same batch from 8 envs instead of 1 (continuous), or from 1 env instead of 8 (Atari)
+        g10 = "--num-envs 8 --num-steps 256" if continuous else "--num-envs 1 --num-steps 1024"
     common = [
         ("G1-unclipped", "--surrogate unclipped"),
         ("G1-kl-fixed", "--surrogate kl-fixed"),
@@ -122,8 +126,7 @@ def ablations(script):
         ("G7-full-batch", "--num-minibatches 1"),
         ("G8-no-grad-clip", "--max-grad-norm 0"),
         ("G9-no-ortho-init", "--no-ortho-init"),
-        # G10: the same batch from 8 envs instead of 1 (continuous), or from 1 env instead of 8 (Atari)
-        ("G10-num-envs", "--num-envs 8 --num-steps 256" if continuous else "--num-envs 1 --num-steps 1024"),
+        ("G10-num-envs", g10),
         ("G11-adam-eps", "--adam-eps 1e-8"),
     ]
     if continuous:
@@ -258,7 +261,7 @@ def build_matrix(options):
         raise SystemExit("error: pass --preset or --script")
     if not (ROOT / script).is_file():
         raise SystemExit(
-            f"error: --script {script}: no such script; choose ppo_continuous_action.py, ppo_atari.py or ppo_rnn.py"
+            f"error: --script {script}: no such script; choose one of this project's ppo_*.py"
         )
     if options.env_ids:
         envs = {env_id: envs.get(env_id, (None, "")) for env_id in options.env_ids}
@@ -431,7 +434,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--preset", choices=list(PRESETS), help="a predefined matrix; the options below override it")
-    parser.add_argument("--script", help="ppo_continuous_action.py, ppo_atari.py or ppo_rnn.py")
+    parser.add_argument("--script", help="ppo_continuous_action.py, ppo_atari.py, ppo_rnn.py or ppo_rnn_continuous_action.py")
     parser.add_argument("--env-ids", nargs="+", help="environment ids")
     parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's, or 1)")
     parser.add_argument("--total-timesteps", type=int, help="steps of every run (default: the preset's per env)")

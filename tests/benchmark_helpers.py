@@ -26,9 +26,9 @@ def tiny_matrix(tmp_path_factory):
     return out, first, second, stamps
 
 
-def report_of(folder, output):
+def report_of(folder, output, *flags):
     built = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(folder), "--output", str(output)],
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(folder), "--output", str(output), *flags],
         capture_output=True,
         text=True,
         timeout=300,

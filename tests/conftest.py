@@ -55,6 +55,12 @@ def training_scripts():
 
 SCRIPTS = training_scripts()
 FEED_FORWARD = [name for name in SCRIPTS if not hasattr(load_script(name).Agent, "initial_state")]  # no memory (B2)
+RECURRENT = [name for name in SCRIPTS if name not in FEED_FORWARD]
+
+
+def continuous(script):
+    """Whether a script takes continuous actions (MuJoCo), given the module or its name."""
+    return "continuous" in as_script(script).Args.env_kinds
 
 
 def needs(*modules):
@@ -125,11 +131,12 @@ def as_script(script):
 
 
 def observation_and_action_spaces(script, obs_shape=None, n_actions=None):
-    """The spaces make_agent builds an agent for: continuous, Box observations (11,) and Box actions (3,); Atari, uint8
-    frames (4, 84, 84, 1) and Discrete(4); rnn, vector observations (2,) and Discrete(2). obs_shape and n_actions (the
-    continuous agent's action size) override the defaults; an obs_shape of three or more dimensions is uint8 frames."""
+    """The spaces make_agent builds an agent for: the continuous scripts, Box observations (11,) and Box actions (3,);
+    Atari, uint8 frames (4, 84, 84, 1) and Discrete(4); rnn, vector observations (2,) and Discrete(2). obs_shape and
+    n_actions (the continuous agent's action size) override the defaults; an obs_shape of three or more dimensions is
+    uint8 frames."""
     name = as_script(script).__name__
-    if name == "ppo_continuous_action":
+    if continuous(script):
         return Box(-np.inf, np.inf, obs_shape or (11,), np.float32), Box(-1.0, 1.0, (n_actions or 3,), np.float32)
     obs_shape = obs_shape or ((4, 84, 84, 1) if name == "ppo_atari" else (2,))
     n_actions = n_actions or (4 if name == "ppo_atari" else 2)
@@ -192,14 +199,18 @@ def fixed_batch(script, agent, n=64, seed=1, obs_shape=None):
     }
 
 
-def rollout_batch(tmp_path, monkeypatch, **flags):
-    """ppo_rnn.py's batch: a real rollout on CartPoleNoVelocity (an early policy: episodes of about 20 steps end inside
-    the 64-step segment) with a zero learning rate, so that the agent after the run is the rollout's; returns it with
-    the flat batch, random advantages added, and the Args. The run trains where flags["cuda"] (Args' default: True)
-    puts it; the batch is on the rollout's device, the agent's."""
-    rnn = load_script("ppo_rnn")
+# each recurrent script's small task, on which an early policy's episodes (about 20 and 5 steps) end inside 64 steps
+ROLLOUT_ENVS = {"ppo_rnn": "CartPoleNoVelocity-v1", "ppo_rnn_continuous_action": "InvertedPendulum-v5"}
+
+
+def rollout_batch(tmp_path, monkeypatch, script="ppo_rnn", **flags):
+    """A recurrent script's batch: a real rollout of 4 envs x 64 steps on its ROLLOUT_ENVS task, with a zero learning
+    rate, so that the agent after the run is the rollout's; returns it with the flat batch, random advantages added,
+    and the Args. The run trains where flags["cuda"] (Args' default: True) puts it; the batch is on the rollout's
+    device, the agent's."""
+    rnn = as_script(script)
     monkeypatch.chdir(tmp_path)
-    defaults = dict(env_id="CartPoleNoVelocity-v1", num_envs=4, num_steps=64, total_timesteps=256, num_minibatches=2)
+    defaults = dict(env_id=ROLLOUT_ENVS[rnn.__name__], num_envs=4, num_steps=64, total_timesteps=256, num_minibatches=2)
     args = rnn.Args(**{**defaults, "update_epochs": 1, "learning_rate": 0.0, **flags})
     result = rnn.train(args)
     r = result["rollout"]
@@ -214,12 +225,12 @@ def rollout_batch(tmp_path, monkeypatch, **flags):
 
 def update_case(script, tmp_path, monkeypatch):
     """(agent, batch, args) for one update_policy call of any script: the feed-forward scripts get fixed_batch (64
-    samples, 4 minibatches); ppo_rnn.py, whose minibatches are whole env sequences with recomputed states, gets
+    samples, 4 minibatches); the recurrent ones, whose minibatches are whole env sequences with recomputed states, get
     rollout_batch (4 envs x 64 steps, 2 minibatches). Each case is on one device: the feed-forward ones on the CPU
-    (make_agent's), ppo_rnn.py's on its run's device (a GPU where one is visible)."""
+    (make_agent's), the recurrent ones on their run's device (a GPU where one is visible)."""
     script = as_script(script)
-    if script.__name__ == "ppo_rnn":
-        return rollout_batch(tmp_path, monkeypatch)
+    if hasattr(script.Agent, "initial_state"):
+        return rollout_batch(tmp_path, monkeypatch, script)
     agent = make_agent(script)
     return agent, fixed_batch(script, agent), script.Args(num_envs=1, num_steps=64, num_minibatches=4)
 
@@ -251,7 +262,7 @@ def reference_minibatch_loss(agent, mb, args, clip_coef):
 # the detail contract
 
 DETAILS = ROOT / "docs" / "details.md"  # the flag contract: ids, names, defaults
-COLUMNS = {"ppo_atari": "A", "ppo_continuous_action": "C", "ppo_rnn": "R"}
+COLUMNS = {"ppo_atari": "A", "ppo_continuous_action": "C", "ppo_rnn": "R", "ppo_rnn_continuous_action": "RC"}
 
 
 def contract_flags(script_name):
@@ -264,11 +275,11 @@ def contract_flags(script_name):
             pairs += [(flag, None) for flag in re.findall(r"`--([a-z0-9-]+)", line)]
         elif line.startswith("| ") and not line.startswith(("| id", "| ---")):
             cells = [c.strip() for c in line.strip("|").split("|")]
-            owners = {"MuJoCo": "C", "Atari": "AR"}.get(section, "ACR")
+            owners = {"MuJoCo": ["C", "RC"], "Atari": ["A", "R"]}.get(section, list(COLUMNS.values()))
             if section == "General":
-                owners = "".join(k for k, c in zip("ACR", cells[3:6]) if c != "-")
+                owners = [k for k, c in zip(["A", "C", "R", "RC"], cells[3:7]) if c != "-"]
             if cells[0] == "B2":
-                owners = "R"
+                owners = ["R", "RC"]
             if column in owners and cells[0] != "X2":  # X2 is a launcher (torchrun), not a flag
                 pairs += [(flag, cells[0]) for flag in re.findall(r"`--([a-z0-9-]+)", cells[2]) if flag != "envpool"]
     return pairs

@@ -1,6 +1,6 @@
 """What every script's actor-critic shares: G9 orthogonal init with the reference's gains (or PyTorch's default), the
 activation flag (M6, A9), and shared or separate policy and value networks (M7, A10), each on the script's own
-network: an MLP, the Nature CNN, an MLP encoder with an LSTM."""
+network: an MLP, the Nature CNN, an MLP encoder with an LSTM (discrete or continuous actions)."""
 
 import math
 
@@ -17,6 +17,8 @@ LAYER_INIT = {
     "ppo_atari": (6, {"critic": 1.0, "actor": 0.01}),
     # the shared encoder of two layers (vector observations), then the two heads
     "ppo_rnn": (4, {"critic": 1.0, "actor": 0.01}),
+    # as the continuous one, the LSTMs between the bodies and the heads
+    "ppo_rnn_continuous_action": (6, {"critic": 1.0, "actor_mean": 0.01}),
 }
 
 
@@ -59,11 +61,12 @@ def linear_params(n_in, n_out):
     return n_in * n_out + n_out
 
 
-# what a separate value network adds: a second body (and, for ppo_rnn.py, a second LSTM), counted by hand
+# what a separate value network adds: a second body (and, for the recurrent scripts, a second LSTM), counted by hand
 SEPARATE_EXTRA = {
     "ppo_continuous_action": linear_params(11, 64) + linear_params(64, 64),
     "ppo_atari": conv_params(4, 32, 8) + conv_params(32, 64, 4) + conv_params(64, 64, 3) + linear_params(64 * 7 * 7, 512),
     "ppo_rnn": linear_params(2, 64) + linear_params(64, 64) + 4 * 128 * (64 + 128) + 2 * 4 * 128,
+    "ppo_rnn_continuous_action": linear_params(11, 64) + linear_params(64, 64) + 4 * 128 * (64 + 128) + 2 * 4 * 128,
 }
 
 

@@ -52,6 +52,7 @@ SHORT = {
     "ppo_continuous_action": dict(env_id="Pendulum-v1", num_steps=128, num_minibatches=4, total_timesteps=1024),
     "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
     "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
+    "ppo_rnn_continuous_action": dict(env_id="Pendulum-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
 }
 
 

@@ -52,15 +52,8 @@ def test_dockerfile_installs_what_the_readme_installs():
 def test_dockerfile_ships_the_scripts_and_runs_headless_as_a_user():
     text = DOCKERFILE.read_text()
     copied = " ".join(line for line in text.splitlines() if line.startswith("COPY"))
-    for name in (
-        "ppo_continuous_action.py",
-        "ppo_continuous_action_seeds.py",
-        "ppo_atari.py",
-        "ppo_rnn.py",
-        "ppo_utils/",
-        "benchmark/",
-    ):
-        assert name in copied
+    for name in [path.name for path in ROOT.glob("ppo_*.py")] + ["ppo_utils/", "benchmark/"]:  # every script
+        assert name in copied, name
     user = re.findall(r"^USER (\S+)", text, re.M)
     assert user and user[-1] not in ("root", "0")
     assert "MUJOCO_GL=egl" in text and "ffmpeg" in text

@@ -135,15 +135,16 @@ def test_a_new_clip_coef_or_kl_beta_does_not_rebuild_the_graph(cont):
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
 
 
-def test_the_recurrent_script_has_no_compile_flag():
-    """dynamo cannot trace nn.LSTM or nn.GRU, so ppo_rnn.py offers no --compile (it always takes the plain backward)
-    and the feed-forward scripts do."""
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_only_the_feed_forward_scripts_have_a_compile_flag(name):
+    """dynamo cannot trace nn.LSTM or nn.GRU, so the recurrent scripts offer no --compile (they always take the plain
+    backward) and the feed-forward scripts do."""
     import dataclasses
 
-    flags = {name: {f.name for f in dataclasses.fields(load_script(name).Args)} for name in ("ppo_rnn", "ppo_atari")}
-    assert "compile" not in flags["ppo_rnn"] and "compile" in flags["ppo_atari"]
-    imports = [line for line in (ROOT / "ppo_rnn.py").read_text().splitlines() if line.startswith(("from ", "import "))]
-    assert not any("compiled_backward" in line for line in imports)
+    flags = {f.name for f in dataclasses.fields(load_script(name).Args)}
+    assert ("compile" in flags) == (name in FEED_FORWARD)
+    imports = [line for line in (ROOT / f"{name}.py").read_text().splitlines() if line.startswith(("from ", "import "))]
+    assert any("compiled_backward" in line for line in imports) == (name in FEED_FORWARD)
 
 
 def test_fused_adam_gives_the_for_loop_adam_update(case):
@@ -181,7 +182,7 @@ def test_the_rollout_holds_what_the_env_gave_for_the_actions_taken(name, device,
     and stepped with the stored actions, returns the stored observations, rewards and ends."""
     script = load_script(name)
     monkeypatch.chdir(tmp_path)
-    flags = {} if name == "ppo_rnn" else {"compile": False}
+    flags = {"compile": False} if hasattr(script.Args, "compile") else {}
     args = script.Args(num_envs=2, num_steps=48, total_timesteps=96, num_minibatches=2, update_epochs=1,
                        cuda=device == "cuda", **flags)  # fmt: skip
     rollout = script.train(args)["rollout"]  # one update: the first rollout

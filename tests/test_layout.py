@@ -1,5 +1,6 @@
-"""The three scripts stay one algorithm told three times: every top-level function and class they share by name has
-the same source text, except the definitions allowed to differ between each pair. Their sizes against the targets
+"""The four scripts stay one algorithm told four times: every top-level function and class they share by name has
+the same source text, except the definitions allowed to differ between each pair; the recurrent continuous script adds
+to the continuous one the lines of ppo_rnn.py. Their sizes against the targets
 (each script's lines, train()'s, the diff between neighbours) are a developer's check, `python tests/script_sizes.py`:
 a target missed is to read, never a failure, so that a clarifying comment never fails the suite."""
 
@@ -10,16 +11,17 @@ import pytest
 from conftest import ROOT
 from script_sizes import changed_lines
 
-CONTINUOUS, ATARI, RNN = "ppo_continuous_action", "ppo_atari", "ppo_rnn"
-NAMES = (CONTINUOUS, ATARI, RNN)
+CONTINUOUS, ATARI, RNN, RNN_CONTINUOUS = "ppo_continuous_action", "ppo_atari", "ppo_rnn", "ppo_rnn_continuous_action"
+NAMES = (CONTINUOUS, ATARI, RNN, RNN_CONTINUOUS)
 
-# the top-level definitions all three scripts have, and those only one has
+# the top-level definitions all four scripts have, and those only some have
 SHARED = {"Args", "make_env", "make_envs", "layer_init", "Agent", "compute_gae", "normalize_advantages", "policy_loss",
           "value_loss", "adapt_kl_beta", "ppo_loss", "ppo_backward", "update_policy", "batch_kl", "truncation_bootstrap",
           "train"}  # fmt: skip
 # M1/M2's observation wrapper (gymnasium's refuses SAME_STEP autoreset); B3's minibatches of whole env sequences and the
 # env that needs memory
-ONLY_IN = {CONTINUOUS: {"NormalizeObservation"}, ATARI: set(), RNN: {"env_minibatches", "cartpole_no_velocity"}}
+ONLY_IN = {CONTINUOUS: {"NormalizeObservation"}, ATARI: set(), RNN: {"env_minibatches", "cartpole_no_velocity"},
+           RNN_CONTINUOUS: {"NormalizeObservation", "env_minibatches"}}
 
 # the definitions each pair of neighbouring scripts may word differently; everything else they share is byte-identical
 ALLOWED_TO_DIFFER = {
@@ -27,6 +29,8 @@ ALLOWED_TO_DIFFER = {
     (CONTINUOUS, ATARI): {"Args", "make_env", "make_envs", "Agent", "truncation_bootstrap", "train"},
     # memory (B2, B3): the recurrent state goes through the agent, the loss, the minibatches and the rollout
     (ATARI, RNN): {"Args", "make_env", "Agent", "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "train"},
+    # the same memory for continuous actions
+    (CONTINUOUS, RNN_CONTINUOUS): {"Args", "Agent", "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "train"},
 }
 PAIRS = list(ALLOWED_TO_DIFFER)
 def source(name):
@@ -64,7 +68,7 @@ def test_each_script_has_the_expected_top_level_definitions(name):
 def test_shared_definitions_are_identical_except_the_allowed_ones(pair):
     a, b = (top_level_definitions(name) for name in pair)
     shared = a.keys() & b.keys()
-    assert shared == SHARED
+    assert shared == SHARED | (ONLY_IN[pair[0]] & ONLY_IN[pair[1]])
     differ = {name for name in shared if a[name] != b[name]}
     allowed = ALLOWED_TO_DIFFER[pair]
     assert differ - allowed == set(), f"differ between {pair[0]}.py and {pair[1]}.py without being allowed to"
@@ -83,3 +87,30 @@ def test_the_batched_variant_differs_from_its_parent_only_where_batching_does():
     parent, variant = top_level_definitions(CONTINUOUS), top_level_definitions(SEEDS)
     assert set(variant) - set(parent) == SEEDS_ONLY and set(parent) <= set(variant)
     assert {name for name in parent if parent[name] != variant[name]} == SEEDS_DIFFER
+
+
+# the lines ppo_rnn_continuous_action.py adds to ppo_continuous_action.py that ppo_rnn.py does not have, besides its
+# docstring: its batch's shape (B3 needs envs to split), and the recurrent lines that meet the MLP's 64 units and the
+# Gaussian head
+ADAPTED = {
+    "    num_envs: int = 32",
+    "    num_steps: int = 64",
+    '            cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](64, args.rnn_hidden_size)',
+    "        self.actor_mean = layer_init(nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, ortho=ortho)",
+    "            self.actor_logstd = layer_init(",
+    "                nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho",
+    "        hidden, _ = self.recur(self.critic_body, self.critic_rnn, x, state[-self.num_state_tensors :], done)",
+    "        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden), next_state",
+}
+
+
+def test_the_recurrent_continuous_script_adds_the_recurrent_scripts_lines():
+    """Recurrence reads the same in both recurrent scripts: what the diff from ppo_continuous_action.py adds is
+    ppo_rnn.py's lines, byte for byte, except ADAPTED's; and the definition only the recurrent scripts have is one."""
+    parent, variant = source(CONTINUOUS).splitlines(), source(RNN_CONTINUOUS).splitlines()
+    after_docstring = ast.parse(source(RNN_CONTINUOUS)).body[0].end_lineno  # the index of its first line after it
+    matcher = difflib.SequenceMatcher(None, parent, variant, autojunk=False)
+    changed = [(j1, j2) for tag, _, _, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    added = {line for j1, j2 in changed for line in variant[max(j1, after_docstring) : j2]}
+    assert added - set(source(RNN).splitlines()) == ADAPTED
+    assert top_level_definitions(RNN)["env_minibatches"] == top_level_definitions(RNN_CONTINUOUS)["env_minibatches"]

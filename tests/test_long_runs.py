@@ -14,7 +14,7 @@ import pytest
 from ppo_utils import checkpoints
 from ppo_utils import run as ppo_run
 import torch
-from conftest import ROOT, SCRIPTS, load_script, make_agent, read_scalars, run_script
+from conftest import ROOT, SCRIPTS, continuous, load_script, make_agent, read_scalars, run_script
 from ppo_utils.env_statistics import env_statistics
 from ppo_utils.flag_checks import check_args
 
@@ -22,11 +22,14 @@ cont = load_script("ppo_continuous_action")
 # 80 updates of 256 steps on Pendulum: a couple of seconds each, with a checkpoint every 5
 FLAGS = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--total-timesteps", "20480", "--num-minibatches", "4",
          "--update-epochs", "2", "--checkpoint-interval", "5"]  # fmt: skip
+# the same for the recurrent script: one env, whose 256-step sequence is the one minibatch
+RNN_FLAGS = ["--env-id", "Pendulum-v1", "--num-envs", "1", "--num-steps", "256", "--total-timesteps", "20480",
+             "--num-minibatches", "1", "--update-epochs", "2", "--checkpoint-interval", "5"]  # fmt: skip
 
 
-def start(flags, cwd):
+def start(flags, cwd, name="ppo_continuous_action"):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(ROOT / "ppo_continuous_action.py"), *flags]
+    cmd = [sys.executable, str(ROOT / f"{name}.py"), *flags]
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -49,11 +52,15 @@ def check_logs_are_one_continuous_run(run_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_signal", [signal.SIGTERM, signal.SIGKILL])
-def test_interrupt_then_resume_continues_the_same_run(tmp_path, kill_signal):
+@pytest.mark.parametrize(
+    "name,flags,kill_signal",
+    [("ppo_continuous_action", FLAGS, signal.SIGTERM), ("ppo_continuous_action", FLAGS, signal.SIGKILL),
+     ("ppo_rnn_continuous_action", RNN_FLAGS, signal.SIGTERM)],
+)  # fmt: skip
+def test_interrupt_then_resume_continues_the_same_run(tmp_path, name, flags, kill_signal):
     """SIGTERM: the run finishes its step, saves the last finished update and exits 0 saying how to resume. SIGKILL
     (no chance to save): the periodic checkpoint is used, and what was logged after it is hidden on resume."""
-    proc = start(FLAGS, tmp_path)
+    proc = start(flags, tmp_path, name)
     path = wait_for_checkpoint(tmp_path, proc, 10)
     time.sleep(1.5)  # a few updates past the checkpoint
     proc.send_signal(kill_signal)
@@ -65,7 +72,7 @@ def test_interrupt_then_resume_continues_the_same_run(tmp_path, kill_signal):
     assert 10 <= interrupted["iteration"] < 80
     assert interrupted["global_step"] == 256 * interrupted["iteration"]
 
-    resumed = start(["--resume", path], tmp_path)
+    resumed = start(["--resume", path], tmp_path, name)
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
     assert f"resumed {interrupted['run_name']} after update {interrupted['iteration']}" in out
@@ -84,7 +91,9 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     flags = {"ppo_continuous_action": dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2),
              "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2),
-             "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=2, num_steps=32, num_minibatches=2)}[name]  # fmt: skip
+             "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=2, num_steps=32, num_minibatches=2),
+             "ppo_rnn_continuous_action": dict(env_id="Pendulum-v1", num_envs=2, num_steps=32, num_minibatches=2),
+             }[name]  # fmt: skip
     steps = flags["num_steps"] * flags.get("num_envs", 1) * 2
     module.train(module.Args(total_timesteps=steps, update_epochs=1, save_model=True, **flags))
     (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
@@ -129,6 +138,10 @@ SAVE_THEN_EVALUATE = {
         ["--env-id", "CartPoleNoVelocity-v1", "--num-envs", "2", "--num-minibatches", "2", "--total-timesteps", "512"],
         3,
     ),
+    "ppo_rnn_continuous_action": (
+        ["--env-id", "InvertedPendulum-v5", "--num-envs", "4", "--num-minibatches", "2", "--total-timesteps", "1024"],
+        3,
+    ),
 }
 
 
@@ -140,7 +153,7 @@ def test_save_model_then_evaluate(tmp_path, name):
     assert result.returncode == 0, result.stderr
     (checkpoint_path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
     obs_rms = torch.load(checkpoint_path, weights_only=True)["env_stats"]["obs_rms"]
-    if name == "ppo_continuous_action":
+    if continuous(name):
         assert obs_rms["count"] > 1000  # the normalization statistics travel with the agent
     else:
         assert obs_rms is None  # frames and CartPole's observations are not normalized
@@ -419,6 +432,8 @@ EARLIER_ORDER = {
     "ppo_continuous_action": ["actor_logstd", "critic_body", "actor_body", "critic", "actor_mean"],
     "ppo_atari": ["critic_body", "actor_body", "critic", "actor"],
     "ppo_rnn": ["critic_body", "critic_rnn", "actor_body", "actor_rnn", "critic", "actor"],
+    "ppo_rnn_continuous_action": ["actor_logstd", "critic_body", "critic_rnn", "actor_body", "actor_rnn", "critic",
+                                  "actor_mean"],
 }
 
 

@@ -139,6 +139,35 @@ def test_report_sets_ours_against_a_peer_with_the_differences_interval(tmp_path)
 
 
 @pytest.mark.slow
+def test_report_takes_another_reports_runs_and_compares_two_variants(tmp_path):
+    """--take keeps a variant of another results folder's data beside these runs, renamed, on these runs' env ids only
+    (B is left behind), and the rebuild from the data alone still has it; --compare sets one variant against another as
+    the peer table does: A's lstm 5, 5, 5 against 3, 3, 3 is +2.0 [+2.0, +2.0], above (every resample is the same)."""
+    for env, scores in {"A": [3, 3, 3], "B": [7, 7, 7]}.items():
+        for seed, score in enumerate(scores, 1):
+            logged_run(tmp_path / "earlier" / env / "default" / f"seed{seed}", [score] * 4)
+    report_of(tmp_path / "earlier", tmp_path / "committed")
+    for seed in (1, 2, 3):
+        logged_run(tmp_path / "runs" / "A" / "lstm" / f"seed{seed}", [5] * 4)
+    flags = ["--take", str(tmp_path / "committed"), "default", "full-obs", "--compare", "full-obs", "lstm"]
+    first = report_of(tmp_path / "runs", tmp_path / "results", *flags)
+    clone = tmp_path / "clone"
+    shutil.copytree(tmp_path / "results" / "data", clone / "data")
+    for text in (first, report_of(clone, clone, "--compare", "full-obs", "lstm")):
+        assert "| A | full-obs | 3 | 3.0 ± 0.0 |" in text and "| B |" not in text
+        section = text.split("## lstm against full-obs")[1].split("\n## ")[0]
+        assert "| A | 3.0 ± 0.0 | 5.0 ± 0.0 | +2.0 [+2.0, +2.0] | **above** |" in section
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "runs"), "--output", str(tmp_path / "x"),
+         "--take", str(tmp_path / "committed"), "nosuchvariant", "y"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+        f"error: --take {tmp_path / 'committed'} nosuchvariant y: its data hold no runs of nosuchvariant on A"
+    ]
+
+
+@pytest.mark.slow
 def test_report_sets_training_statistics_of_ours_and_a_peer_side_by_side_at_equal_steps(tmp_path):
     """Hand-made logs on steps 0-35 (four spans of 8.75 steps): approx_kl once per span, at steps 5, 15, 25, 35, and
     ours' seed 1 once more at step 6. Each cell is the mean over seeds of each seed's mean in the span: ours' first

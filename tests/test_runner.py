@@ -220,7 +220,7 @@ def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
     assert printed.returncode == 0 and len(lines) == 1 and "--seed 2" in lines[0]
 
 
-@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn"])
+@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn", "ppo_rnn_continuous_action"])
 def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
     module = load_script(name)
     variants = run.ablations(f"{name}.py")

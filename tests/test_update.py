@@ -21,7 +21,8 @@ from conftest import (
 
 @pytest.fixture(params=FEED_FORWARD)
 def feed_forward(request):
-    """The feed-forward scripts; ppo_rnn.py's minibatches (whole sequences, recomputed states) are checked in test_rnn.py."""
+    """The feed-forward scripts; the recurrent ones' minibatches (whole sequences, recomputed states) are checked in
+    test_rnn.py."""
     return load_script(request.param)
 
 
@@ -68,8 +69,9 @@ def test_update_matches_hand_written_minibatch_sgd(feed_forward, flags):
         assert any(not torch.allclose(p, q, atol=1e-7) for p, q in zip(agent.parameters(), whole.parameters()))
 
 
-# (learning rate, clip range) of the update: ppo_rnn.py's batch is a real rollout's, with a 0.01-gain policy head
-UPDATE_SETTINGS = {"ppo_continuous_action": (3e-4, 0.2), "ppo_atari": (3e-4, 0.2), "ppo_rnn": (1e-3, 0.1)}
+# (learning rate, clip range) of the update: the recurrent scripts' batches are real rollouts', with 0.01-gain policy heads
+UPDATE_SETTINGS = {"ppo_continuous_action": (3e-4, 0.2), "ppo_atari": (3e-4, 0.2), "ppo_rnn": (1e-3, 0.1),
+                   "ppo_rnn_continuous_action": (1e-3, 0.1)}
 
 
 class CountingAdam(torch.optim.Adam):
@@ -91,10 +93,11 @@ def test_kl_early_stopping_after_an_epoch(script, tmp_path, monkeypatch, target_
     assert optimizer.steps == expected_epochs * args.num_minibatches
 
 
-TINY_RUNS = {  # two updates of each script, eager (no compile; ppo_rnn.py has no --compile), on small envs
+TINY_RUNS = {  # two updates of each script, eager (no compile; the recurrent scripts have no --compile), on small envs
     "ppo_continuous_action": dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2, total_timesteps=128, compile=False),
     "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=128, compile=False),
     "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=4, num_steps=32, num_minibatches=2, total_timesteps=256),
+    "ppo_rnn_continuous_action": dict(env_id="Pendulum-v1", num_envs=4, num_steps=32, num_minibatches=2, total_timesteps=256),
 }
 
 
