@@ -129,6 +129,10 @@ OUT_OF_RANGE = [
     ("ppo_atari", ["--noop-max", "-1"], "--noop-max -1"),
     ("ppo_rnn", ["--learning-rate", "-1"], "--learning-rate -1"),
     ("ppo_rnn", ["--max-grad-norm", "-0.5"], "--max-grad-norm -0.5"),
+    ("ppo_rnn_continuous_action", ["--num-envs", "6", "--num-minibatches", "4"], "--num-envs 6 (minibatches are made"),
+    ("ppo_rnn_continuous_action", ["--rnn-hidden-size", "0"], "--rnn-hidden-size 0"),
+    ("ppo_rnn_continuous_action", ["--env-id", "CartPole-v1"], "Discrete action space; use ppo_rnn.py"),
+    ("ppo_rnn_continuous_action", ["--env-id", "Pendulum-v1", "--mask-velocity", "--clip-obs", "-1"], "--clip-obs -1"),
 ]
 BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 OUT_OF_RANGE = [case for case in OUT_OF_RANGE if (ROOT / f"{case[0]}.py").exists()]
