@@ -117,8 +117,9 @@ def test_encoders_follow_the_observation_space():
 # CartPoleNoVelocity, a memoryless PPO (stable-baselines3's, MLP policy, same budget and hyperparameters) averaged 46 and
 # never exceeded 90 in one episode. InvertedPendulum-v5 observing the cart position and the pole angle only, in the
 # same 102400 steps (seed 1): the best 20-episode mean of ppo_continuous_action.py on the same observation was 64 (61
-# with this script's 32 envs of 64 steps), that of this script with its state zeroed before every step 54; with its
-# state, this script passed 500 at 54k steps (51k with seed 2) and reached 1000, the task's maximum.
+# with this script's 32 envs of 64 steps), that of this script with its state zeroed before every step (Agent.recur
+# given done = 1 at every step) 54; with its state, this script passed 500 at 54k steps (51k and 53k with seeds 2 and
+# 3) and reached 1000, the task's maximum.
 LEARNS = {
     "ppo_rnn": (
         ["--env-id", "CartPoleNoVelocity-v1", "--total-timesteps", "200000", "--num-envs", "8", "--num-steps", "32",
