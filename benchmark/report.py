@@ -13,7 +13,8 @@ each task's raw means.
 
 The report is always built from compact data kept beside it, in <output>/data/: episodes.csv.gz (env_id, variant,
 seed, step, episodic_return, episodic_length of every episode of every run), runs.csv (env_id, variant, seed, sps,
-wall time, commit, machine, peer) and stats.csv.gz (each update's logged losses/<name>), small enough to commit.
+wall time, commit, machine, peer) and stats.csv.gz (each update's logged losses/<name>), small enough to commit
+(and compare.txt, the --compare pairs).
 Reading a runs folder adds its runs to that data (replacing runs of the same env, variant and seed, keeping the
 others), so a matrix can be finished over several sittings and machines, and benchmark/run.py skips the runs the data
 already holds. A run that has not finished, or whose logs end short of the steps it was run for (an event file cut
@@ -68,7 +69,8 @@ def main(argv=None):
         nargs=2,
         action="append",
         metavar=("BASE", "VARIANT"),
-        help="a section of VARIANT against BASE on each env: the difference of their scores with a bootstrap interval",
+        help="a section of VARIANT against BASE on each env: the difference of their scores with a bootstrap interval "
+        "(kept in data/compare.txt, so that a rebuild from the data has it; a new --compare replaces those kept)",
     )
     options = parser.parse_args(argv)
     root = Path(options.folder)
@@ -125,7 +127,10 @@ def main(argv=None):
             + TABLE1_SETTINGS + "\n\n![Learning curves by family](table1_curves.png)\n"
         )  # fmt: skip
     sections.append("## Scores\n\n" + score_table(runs, options.last) + "\n")
-    for base, variant in options.compare or []:
+    compare = data / "compare.txt"  # the --compare pairs, kept for rebuilds
+    if options.compare:
+        compare.write_text("".join(f"{base} {variant}\n" for base, variant in options.compare))
+    for base, variant in [line.split() for line in compare.read_text().splitlines()] if compare.exists() else []:
         note = "A return is the mean ± the sample standard deviation over seeds; the interval resamples each side's seeds.\n\n"
         sections.append(f"## {variant} against {base}\n\n" + note + comparison_table(runs, base, variant) + "\n")
     iqm = aggregate_iqm(runs) if runs["env_id"].nunique() > 1 and not table1 else ""
