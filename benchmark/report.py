@@ -95,6 +95,10 @@ def main(argv=None):
         if new is None:
             raise SystemExit(f"error: --take adds runs to those of a runs folder; {root} holds none")
         tables = merge_data(tables, taken_runs(Path(results), variant, name, sorted(tables.runs["env_id"].unique())))
+    variants = sorted(set(tables.runs["variant"]))
+    unknown = sorted({name for pair in options.compare or [] for name in pair} - set(variants))
+    if unknown:  # before anything is written
+        raise SystemExit(f"error: --compare {' '.join(unknown)}: no such variant here; choose among {', '.join(variants)}")
     commands = (data / "commands.txt").read_text().splitlines() if (data / "commands.txt").exists() else []
     if new is not None:  # the runner's commands (command.txt) and this one join those of earlier sittings
         runner_command = root / "command.txt"

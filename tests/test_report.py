@@ -165,6 +165,13 @@ def test_report_takes_another_reports_runs_and_compares_two_variants(tmp_path):
     assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
         f"error: --take {tmp_path / 'committed'} nosuchvariant y: its data hold no runs of nosuchvariant on A"
     ]
+    unknown = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(clone), "--compare", "full-obs", "gru"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert unknown.returncode == 1 and unknown.stderr.strip().splitlines() == [
+        "error: --compare gru: no such variant here; choose among full-obs, lstm"
+    ]
 
 
 @pytest.mark.slow
