@@ -5,14 +5,18 @@ observation stays while a velocity entry moves."""
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import load_script
+from conftest import SCRIPTS, load_script
 
 cont = load_script("ppo_continuous_action")
+SEEDS = "ppo_continuous_action_seeds"  # the batched variant, not one of SCRIPTS
 MUJOCO_TASKS = [env_id for env_id in cont.POSITIONS if env_id != "Pendulum-v1"]
-# observation entries that no velocity moves and that are no positions either, counted from gymnasium's v5 docs:
-# Ant's external contact forces (13 bodies x 6), Humanoid's body inertias (13 x 10), actuator forces (17) and contact
-# forces (13 x 6), InvertedDoublePendulum's constraint force (1)
-NOT_POSITIONS = {"Ant-v5": 78, "Humanoid-v5": 225, "HumanoidStandup-v5": 225, "InvertedDoublePendulum-v5": 1}
+# observation entries that no velocity moves and that are no positions either, placed from gymnasium's v5 docs (after
+# the positions and the velocities): Ant's external contact forces (13 bodies x 6); Humanoid's body inertias (13 x 10),
+# then, after the body velocities (13 x 6), its actuator forces (17) and contact forces (13 x 6); InvertedDoublePendulum's
+# constraint force (1)
+HUMANOID = [*range(45, 45 + 130), *range(45 + 130 + 78, 348)]
+NOT_POSITIONS = {"Ant-v5": range(27, 105), "Humanoid-v5": HUMANOID, "HumanoidStandup-v5": HUMANOID,
+                 "InvertedDoublePendulum-v5": [8]}  # fmt: skip
 
 
 @pytest.mark.parametrize("env_id", MUJOCO_TASKS)
@@ -29,7 +33,14 @@ def test_kept_entries_are_those_no_velocity_moves(env_id):
     still = set(range(len(observations[0]))) - moved
     kept = set(cont.POSITIONS[env_id])
     assert not kept & moved, f"{env_id}: kept entries that a velocity moves: {sorted(kept & moved)}"
-    assert kept <= still and len(still - kept) == NOT_POSITIONS.get(env_id, 0), f"{env_id}: positions left out"
+    assert kept <= still and len(still - kept) == len(NOT_POSITIONS.get(env_id, [])), f"{env_id}: positions left out"
+    assert still - kept == set(NOT_POSITIONS.get(env_id, [])), f"{env_id}: what is left out is not the forces"
+
+
+@pytest.mark.parametrize("name", [name for name in SCRIPTS if hasattr(load_script(name), "POSITIONS")] + [SEEDS])
+def test_every_continuous_script_keeps_the_same_positions(name):
+    """The table is written in each continuous script (each file stands alone): the one checked above is theirs."""
+    assert load_script(name).POSITIONS == cont.POSITIONS
 
 
 def test_pendulum_keeps_the_angle_and_drops_the_angular_velocity():

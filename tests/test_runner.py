@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import tyro
 from benchmark_helpers import TINY, report_of, runner, tiny_matrix
-from conftest import ROOT, contract_flags, load_script
+from conftest import ROOT, SCRIPTS, contract_flags, load_script
 from ppo_utils.flag_checks import check_flags
 
 import report_data  # benchmark/report_data.py (pyproject.toml puts benchmark/ on pytest's path)
@@ -220,7 +220,7 @@ def test_runner_skips_runs_whose_data_are_committed(tiny, tmp_path):
     assert printed.returncode == 0 and len(lines) == 1 and "--seed 2" in lines[0]
 
 
-@pytest.mark.parametrize("name", ["ppo_continuous_action", "ppo_atari", "ppo_rnn", "ppo_rnn_continuous_action"])
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
     module = load_script(name)
     variants = run.ablations(f"{name}.py")
