@@ -151,7 +151,7 @@ class Args:
 
     script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
     env_kinds: ClassVar[tuple] = ("atari",)  # the env ids check_args accepts
-    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1}  # --eval-checkpoint plays one env
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
     # each numeric flag's range: flag -> (the test its value must pass, what the message "--flag value: ..." asks for; a
     # value that turns a detail off says which). check_args tests them, and those of the run flags (ppo_utils.flag_checks)
     flag_rules: ClassVar[dict] = {

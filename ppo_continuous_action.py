@@ -69,7 +69,7 @@ class Args:
     env_id: str = "Hopper-v5"
     """a gymnasium environment with a continuous (Box) action space"""
     mask_velocity: bool = False
-    """observe positions only, the velocities dropped (a partially observed task; POSITIONS lists the tasks)"""
+    """observe positions only, the velocities dropped (a partially observed task): v5 MuJoCo tasks and Pendulum-v1"""
     total_timesteps: int = 1_000_000
     """environment steps of the whole run, summed over the parallel envs"""
     num_envs: int = 1
@@ -148,7 +148,7 @@ class Args:
 
     script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
     env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
-    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1}  # --eval-checkpoint plays one env
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
     # each numeric flag's range: flag -> (the test its value must pass, what the message "--flag value: ..." asks for; a
     # value that turns a detail off says which). check_args tests them, and those of the run flags (ppo_utils.flag_checks)
     flag_rules: ClassVar[dict] = {

@@ -167,7 +167,7 @@ class Args:
 
     script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
     env_kinds: ClassVar[tuple] = ("atari", "discrete-vector")  # the env ids check_args accepts
-    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1}  # --eval-checkpoint plays one env
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
     # each numeric flag's range: flag -> (the test its value must pass, what the message "--flag value: ..." asks for; a
     # value that turns a detail off says which). check_args tests them, and those of the run flags (ppo_utils.flag_checks)
     flag_rules: ClassVar[dict] = {
@@ -509,7 +509,7 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
-    or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each the mean over all minibatches of
+    (this script has no --compile). Returns ppo_loss's statistics by name, each the mean over all minibatches of
     all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
     all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):

@@ -66,7 +66,7 @@ class Args:
     env_id: str = "Hopper-v5"
     """a gymnasium environment with a continuous (Box) action space"""
     mask_velocity: bool = False
-    """observe positions only, the velocities dropped (a partially observed task; POSITIONS lists the tasks)"""
+    """observe positions only, the velocities dropped (a partially observed task): v5 MuJoCo tasks and Pendulum-v1"""
     total_timesteps: int = 1_000_000
     """environment steps of the whole run, summed over the parallel envs"""
     num_envs: int = 32
@@ -150,7 +150,7 @@ class Args:
 
     script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
     env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
-    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1}  # --eval-checkpoint plays one env
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
     # each numeric flag's range: flag -> (the test its value must pass, what the message "--flag value: ..." asks for; a
     # value that turns a detail off says which). check_args tests them, and those of the run flags (ppo_utils.flag_checks)
     flag_rules: ClassVar[dict] = {
@@ -356,7 +356,7 @@ class Agent(nn.Module):
                     nn.init.orthogonal_(param, 1.0)
             return cell
 
-        # built in CleanRL's order (the critic whole, then the actor), so that a seed draws the same initial weights
+        # built in ppo_continuous_action.py's order (the critic whole, then the actor), each body followed by its LSTM
         self.shared_network = args.shared_network
         self.critic_body, self.critic_rnn = body(), rnn()
         self.critic = layer_init(nn.Linear(args.rnn_hidden_size, 1), std=1.0, ortho=ortho)
@@ -518,7 +518,7 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
-    or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each the mean over all minibatches of
+    (this script has no --compile). Returns ppo_loss's statistics by name, each the mean over all minibatches of
     all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
     all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):

@@ -38,7 +38,8 @@ class EnvKind(NamedTuple):
 
 ENV_KINDS = {
     "continuous": EnvKind(
-        "an env with vector observations and continuous (Box) actions", "Hopper-v5", "ppo_continuous_action.py"
+        "an env with vector observations and continuous (Box) actions", "Hopper-v5",
+        "ppo_continuous_action.py or ppo_rnn_continuous_action.py",
     ),
     "atari": EnvKind("an Atari game", "BreakoutNoFrameskip-v4", "ppo_atari.py or ppo_rnn.py"),
     "discrete-vector": EnvKind("an env with vector observations and discrete actions", "CartPole-v1", "ppo_rnn.py"),

@@ -90,9 +90,10 @@ def test_the_batched_variant_differs_from_its_parent_only_where_batching_does():
 
 
 # the lines ppo_rnn_continuous_action.py adds to ppo_continuous_action.py that ppo_rnn.py does not have, besides its
-# docstring: its batch's shape (B3 needs envs to split), and the recurrent lines that meet the MLP's 64 units and the
-# Gaussian head
+# docstring: its batch's shape (B3 needs envs to split), the order its layers are built in, and the recurrent lines that
+# meet the MLP's 64 units and the Gaussian head
 ADAPTED = {
+    "        # built in ppo_continuous_action.py's order (the critic whole, then the actor), each body followed by its LSTM",
     "    num_envs: int = 32",
     "    num_steps: int = 64",
     '            cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](64, args.rnn_hidden_size)',

@@ -466,3 +466,13 @@ def test_resume_puts_an_earlier_checkpoints_adam_state_on_the_right_parameters(n
     for (param, p), q in zip(agent.named_parameters(), fresh.parameters(), strict=True):
         for key in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(optimizer.state[p][key], fresh_optimizer.state[q][key]), (param, key)
+
+
+def test_a_run_of_one_step_minibatches_per_env_evaluates(tmp_path, monkeypatch):
+    """Two envs of one step each, one minibatch: a legal run (G3 normalizes over its two samples). Evaluation plays one
+    env, which would make the minibatch one sample; that check is training's, not evaluation's."""
+    monkeypatch.chdir(tmp_path)
+    cont.train(cont.Args(env_id="Pendulum-v1", num_envs=2, num_steps=1, num_minibatches=1, total_timesteps=2, compile=False))
+    (path,) = glob.glob("runs/*/agent.pt")
+    returns = ppo_run.evaluate(cont.Args(eval_checkpoint=path, eval_episodes=1), cont.make_envs, cont.Agent)
+    assert len(returns) == 1 and -2000 < returns[0] < 0  # one whole Pendulum episode: 200 steps of cost in [-16.3, 0]
