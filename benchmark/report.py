@@ -94,6 +94,8 @@ def main(argv=None):
     for results, variant, name in options.take or []:  # the committed runs of another report, kept in this one's data
         if new is None:
             raise SystemExit(f"error: --take adds runs to those of a runs folder; {root} holds none")
+        if name in set(new.runs["variant"]):
+            raise SystemExit(f"error: --take {results} {variant} {name}: {root} has a variant {name}; choose another NAME")
         tables = merge_data(tables, taken_runs(Path(results), variant, name, sorted(tables.runs["env_id"].unique())))
     variants = sorted(set(tables.runs["variant"]))
     unknown = sorted({name for pair in options.compare or [] for name in pair} - set(variants))

@@ -110,7 +110,8 @@ def ablations(script):
     that is this script's default: no clipping or penalty, a fixed KL penalty (beta 1), an adaptive one (d_targ 0.01)."""
     continuous = script in ("ppo_continuous_action.py", "ppo_rnn_continuous_action.py")
     rnn = script in ("ppo_rnn.py", "ppo_rnn_continuous_action.py")
-    if script == "ppo_rnn_continuous_action.py":  # G10: the same batch from 8 envs instead of 32, in 8 minibatches (B3)
+    if script == "ppo_rnn_continuous_action.py":  # G10: the same batch from 8 envs instead of 32, in 8 minibatches of
+        # whole env sequences (B3), so of 256 steps instead of 64: the minibatch size changes with it
         g10 = "--num-envs 8 --num-steps 256 --num-minibatches 8"
     else:  # the same batch from 8 envs instead of 1 (continuous), or from 1 env instead of 8 (Atari)
         g10 = "--num-envs 8 --num-steps 256" if continuous else "--num-envs 1 --num-steps 1024"

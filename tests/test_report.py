@@ -165,6 +165,14 @@ def test_report_takes_another_reports_runs_and_compares_two_variants(tmp_path):
     assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
         f"error: --take {tmp_path / 'committed'} nosuchvariant y: its data hold no runs of nosuchvariant on A"
     ]
+    clash = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "runs"), "--output", str(tmp_path / "y"),
+         "--take", str(tmp_path / "committed"), "default", "lstm"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert clash.returncode == 1 and clash.stderr.strip().splitlines() == [
+        f"error: --take {tmp_path / 'committed'} default lstm: {tmp_path / 'runs'} has a variant lstm; choose another NAME"
+    ] and not (tmp_path / "y").exists()
     unknown = subprocess.run(
         [sys.executable, str(ROOT / "benchmark" / "report.py"), str(clone), "--compare", "full-obs", "gru"],
         capture_output=True, text=True,
