@@ -157,26 +157,15 @@ def test_report_takes_another_reports_runs_and_compares_two_variants(tmp_path):
         assert "| A | full-obs | 3 | 3.0 ± 0.0 |" in text and "| B |" not in text
         section = text.split("## lstm against full-obs")[1].split("\n## ")[0]
         assert "| A | 3.0 ± 0.0 | 5.0 ± 0.0 | +2.0 [+2.0, +2.0] | **above** |" in section
-    refused = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "runs"), "--output", str(tmp_path / "x"),
-         "--take", str(tmp_path / "committed"), "nosuchvariant", "y"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    refused = report_cli(tmp_path / "runs", "--output", tmp_path / "x", "--take", tmp_path / "committed", "nosuchvariant", "y")
     assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
         f"error: --take {tmp_path / 'committed'} nosuchvariant y: its data hold no runs of nosuchvariant on A"
     ]
-    clash = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(tmp_path / "runs"), "--output", str(tmp_path / "y"),
-         "--take", str(tmp_path / "committed"), "default", "lstm"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    clash = report_cli(tmp_path / "runs", "--output", tmp_path / "y", "--take", tmp_path / "committed", "default", "lstm")
     assert clash.returncode == 1 and clash.stderr.strip().splitlines() == [
         f"error: --take {tmp_path / 'committed'} default lstm: {tmp_path / 'runs'} has a variant lstm; choose another NAME"
     ] and not (tmp_path / "y").exists()
-    unknown = subprocess.run(
-        [sys.executable, str(ROOT / "benchmark" / "report.py"), str(clone), "--compare", "full-obs", "gru"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    unknown = report_cli(clone, "--compare", "full-obs", "gru")
     assert unknown.returncode == 1 and unknown.stderr.strip().splitlines() == [
         "error: --compare gru: no such variant here; choose among full-obs, lstm"
     ]
