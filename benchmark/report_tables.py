@@ -102,18 +102,22 @@ def peer_table(runs: pd.DataFrame, peers):
         "| env | ours (default) | peer | peer's return | ours - peer [95% bootstrap interval] | ours is |",
         "| --- | ---: | --- | ---: | ---: | --- |",
     ]
-    for env_id, env_runs in runs.groupby("env_id"):
-        ours = env_runs[env_runs["variant"] == "default"]["score"]
-        for peer in variant_order(set(peers) & set(env_runs["variant"])):
-            theirs = env_runs[env_runs["variant"] == peer]["score"]
-            if ours.empty:
-                continue
-            difference, verdict = compared(ours, theirs)
-            lines.append(
-                f"| {env_id} | {mean_std(ours)} ({seeds(ours)}) | {peer} ({peers[peer]}) | {mean_std(theirs)} "
-                f"({seeds(theirs)}) | {difference} | {verdict} |"
-            )
+    for env_id, peer, ours, theirs, difference, verdict in compared_rows(runs, [("default", p) for p in variant_order(peers)]):
+        lines.append(
+            f"| {env_id} | {mean_std(ours)} ({seeds(ours)}) | {peer} ({peers[peer]}) | {mean_std(theirs)} "
+            f"({seeds(theirs)}) | {difference} | {verdict} |"
+        )
     return "\n".join(lines)
+
+
+def compared_rows(runs: pd.DataFrame, pairs):
+    """The rows of peer_table and comparison_table: for each env, in order, and each pair (ours, theirs) of variants
+    that it has both sides of: env id, theirs, both sides' scores, and compared()'s difference and verdict."""
+    for env_id, env_runs in runs.groupby("env_id"):
+        for mine, other in pairs:
+            ours, theirs = (env_runs[env_runs["variant"] == name]["score"] for name in (mine, other))
+            if not ours.empty and not theirs.empty:
+                yield env_id, other, ours, theirs, *compared(ours, theirs)
 
 
 def compared(ours, theirs):
@@ -132,11 +136,8 @@ def comparison_table(runs: pd.DataFrame, base: str, variant: str):
         f"| env | {base} | {variant} | {variant} - {base} [95% bootstrap interval] | {variant} is |",
         "| --- | ---: | ---: | ---: | --- |",
     ]
-    for env_id, env_runs in runs.groupby("env_id"):
-        theirs, ours = (env_runs[env_runs["variant"] == name]["score"] for name in (base, variant))
-        if not ours.empty and not theirs.empty:
-            difference, verdict = compared(ours, theirs)
-            lines.append(f"| {env_id} | {mean_std(theirs)} | {mean_std(ours)} | {difference} | {verdict} |")
+    for env_id, _, ours, theirs, difference, verdict in compared_rows(runs, [(variant, base)]):
+        lines.append(f"| {env_id} | {mean_std(theirs)} | {mean_std(ours)} | {difference} | {verdict} |")
     return "\n".join(lines)
 
 
