@@ -1,4 +1,4 @@
-"""--mask-velocity (both continuous scripts): the entries POSITIONS keeps are the task's positions, found here from the
+"""--mask-velocity (every continuous script): the entries POSITIONS keeps are the task's positions, found here from the
 simulator itself: set the same joint positions with two different joint velocities, and a position entry of the
 observation stays while a velocity entry moves."""
 
@@ -8,8 +8,9 @@ import pytest
 from conftest import SCRIPTS, load_script
 
 cont = load_script("ppo_continuous_action")
-SEEDS = "ppo_continuous_action_seeds"  # the batched variant, not one of SCRIPTS
-MUJOCO_TASKS = [env_id for env_id in cont.POSITIONS if env_id != "Pendulum-v1"]
+# each continuous script writes its own table (each file stands alone); ppo_continuous_action_seeds is not one of SCRIPTS
+CONTINUOUS = [name for name in SCRIPTS if hasattr(load_script(name), "POSITIONS")] + ["ppo_continuous_action_seeds"]
+MUJOCO_TASKS = sorted({env_id for name in CONTINUOUS for env_id in load_script(name).POSITIONS} - {"Pendulum-v1"})
 # observation entries that no velocity moves and that are no positions either, placed from gymnasium's v5 docs (after
 # the positions and the velocities): Ant's external contact forces (13 bodies x 6); Humanoid's body inertias (13 x 10),
 # then, after the body velocities (13 x 6), its actuator forces (17) and contact forces (13 x 6); InvertedDoublePendulum's
@@ -19,8 +20,8 @@ NOT_POSITIONS = {"Ant-v5": range(27, 105), "Humanoid-v5": HUMANOID, "HumanoidSta
                  "InvertedDoublePendulum-v5": [8]}  # fmt: skip
 
 
-@pytest.mark.parametrize("env_id", MUJOCO_TASKS)
-def test_kept_entries_are_those_no_velocity_moves(env_id):
+def observations_at_two_velocities(env_id):
+    """The task's observations of one set of joint positions with two different sets of joint velocities."""
     env = gym.make(env_id).unwrapped
     env.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -29,22 +30,26 @@ def test_kept_entries_are_those_no_velocity_moves(env_id):
     for _ in range(2):
         env.set_state(qpos, rng.normal(size=env.model.nv))
         observations.append(env._get_obs())
-    moved = set(np.flatnonzero(observations[0] != observations[1]).tolist())
-    still = set(range(len(observations[0]))) - moved
-    kept = set(cont.POSITIONS[env_id])
-    assert not kept & moved, f"{env_id}: kept entries that a velocity moves: {sorted(kept & moved)}"
-    assert kept <= still and len(still - kept) == len(NOT_POSITIONS.get(env_id, [])), f"{env_id}: positions left out"
-    assert still - kept == set(NOT_POSITIONS.get(env_id, [])), f"{env_id}: what is left out is not the forces"
+    return observations
 
 
-@pytest.mark.parametrize("name", [name for name in SCRIPTS if hasattr(load_script(name), "POSITIONS")] + [SEEDS])
-def test_every_continuous_script_keeps_the_same_positions(name):
-    """The table is written in each continuous script (each file stands alone): the one checked above is theirs."""
-    assert load_script(name).POSITIONS == cont.POSITIONS
+@pytest.mark.parametrize("env_id", MUJOCO_TASKS)
+def test_each_scripts_kept_entries_are_those_no_velocity_moves(env_id):
+    first, second = observations_at_two_velocities(env_id)
+    moved = set(np.flatnonzero(first != second).tolist())
+    still = set(range(len(first))) - moved
+    for name in CONTINUOUS:
+        positions = load_script(name).POSITIONS
+        assert env_id in positions, f"{name} has no positions for {env_id}"
+        kept = set(positions[env_id])
+        assert not kept & moved, f"{name}, {env_id}: kept entries that a velocity moves: {sorted(kept & moved)}"
+        assert still - kept == set(NOT_POSITIONS.get(env_id, [])), f"{name}, {env_id}: left out are not just the forces"
 
 
-def test_pendulum_keeps_the_angle_and_drops_the_angular_velocity():
-    env = cont.make_env(cont.Args(env_id="Pendulum-v1", mask_velocity=True), 0, None)()
+@pytest.mark.parametrize("name", CONTINUOUS)
+def test_pendulum_keeps_the_angle_and_drops_the_angular_velocity(name):
+    script = load_script(name)
+    env = script.make_env(script.Args(env_id="Pendulum-v1", mask_velocity=True), 0, None)()
     obs, _ = env.reset(seed=3)
     theta = env.unwrapped.state[0]
     np.testing.assert_allclose(obs, [np.cos(theta), np.sin(theta)], rtol=1e-6)
