@@ -13,7 +13,6 @@ depend on how many seeds it has (each run is the same process, one after another
 rate of the round stands for every N; --single-seeds 16 runs the whole sequence instead.
 """
 
-import argparse
 import os
 import statistics
 import sys
@@ -21,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sps import env_only_sps, load_script  # beside this file
-from versus import machine, run_once
+from versus import machine, run_once, speed_parser, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,15 +91,10 @@ def report(args, rounds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env-id", default="Hopper-v5")
-    parser.add_argument("--total-timesteps", type=int, default=102_400, help="steps per seed")
+    parser = speed_parser(__doc__, "Hopper-v5", 102_400, steps_help="steps per seed", timed="process")
     parser.add_argument("--seeds-counts", type=int, nargs="+", default=[3, 8, 16], help="N: seeds in one process")
     parser.add_argument("--single-seeds", type=int, default=3, help="seeds the single script runs one after another")
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--env-steps", type=int, default=4096, help="env-only: vector env steps of the single script's")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds one process may take")
-    parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.single_seeds < 1 or min(args.seeds_counts) < 1 or args.env_steps < 1:
         parser.error("--rounds, --single-seeds, --seeds-counts and --env-steps take counts of 1 or more")
@@ -120,11 +114,7 @@ def main(argv=None):
         rounds.append((*single, batched, ceilings))
         said = ", ".join(f"{n} seeds {batched[n][1] / single[1]:.2f}x" for n in args.seeds_counts)
         print(f"round {i}/{args.rounds}: single {single[1]:.0f} SPS; {said}", flush=True)
-    text = report(args, rounds)
-    print(text)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
+    write_report(report(args, rounds), args.output)
 
 
 if __name__ == "__main__":

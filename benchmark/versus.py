@@ -61,6 +61,26 @@ def machine():
     return f"{model}, {os.cpu_count()} CPUs{gpu}, Python {platform.python_version()}, torch {torch.__version__}"
 
 
+def speed_parser(doc, env_id=None, steps=None, steps_help=None, rounds_help=None, timed="run"):
+    """The flags of versus.py and seeds_speed.py, the tool's own added after them: --env-id and --total-timesteps
+    (required unless given a default here), --rounds, --timeout (its help names what one `timed` is) and --output."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--env-id", default=env_id, required=env_id is None)
+    parser.add_argument("--total-timesteps", type=int, default=steps, required=steps is None, help=steps_help)
+    parser.add_argument("--rounds", type=int, default=3, help=rounds_help)
+    parser.add_argument("--timeout", type=float, default=3600, help=f"seconds one {timed} may take")
+    parser.add_argument("--output", help="also write the Markdown report to this file")
+    return parser
+
+
+def write_report(text, output):
+    """Prints the report, and writes it to `output` too where one is given."""
+    print(text)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(text)
+
+
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -101,18 +121,13 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ours_only = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = speed_parser(__doc__, rounds_help="ours then the peer's, this many times")
     parser.add_argument("ours", help="our script, e.g. ppo_continuous_action.py (relative to the repository's root)")
     parser.add_argument(
         "peer",
         help="the peer's script, e.g. $CLEANRL_DIR/ppo_continuous_action.py (CLEANRL_DIR: the folder of CleanRL's scripts)",
     )
-    parser.add_argument("--env-id", required=True)
-    parser.add_argument("--total-timesteps", type=int, required=True)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3, help="ours then the peer's, this many times")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
-    parser.add_argument("--output", help="also write the Markdown report to this file")
     args = parser.parse_args(argv)
     ours = Path(args.ours) if Path(args.ours).is_absolute() else ROOT / args.ours
     peer = Path(args.peer).resolve()
@@ -132,10 +147,7 @@ def main(argv=None):
         rows.append((our_wall, our_sps, peer_wall, peer_sps))
         print(f"round {i}/{args.rounds}: ours {our_wall:.1f} s (SPS {our_sps}), peer {peer_wall:.1f} s (SPS {peer_sps})")
     text, wall_ratio, sps_ratio = report(args, rows, ours, args.peer)
-    print(text)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
+    write_report(text, args.output)
     return wall_ratio, sps_ratio
 
 

@@ -66,3 +66,30 @@ def test_versus_names_the_timeout_of_a_run_too_slow(tmp_path):
     )  # fmt: skip
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "slow.py ran past --timeout 1 s; raise --timeout" in result.stderr
+
+
+def test_seeds_speed_passes_its_defaults_and_reports_the_aggregate_rates(tmp_path, monkeypatch):
+    """seeds_speed.py with its processes stood in for: a run of the single script takes 2 s, one of N seeds in one
+    process N / 2 s, and the env-only ceiling is 1,000 SPS per env. Its defaults reach the scripts (Hopper-v5, 102,400
+    steps per seed, three single-seed runs, a timeout of 3,600 s) and each rate is steps over wall time: the single
+    script 3 x 102,400 / 6 s = 51,200 SPS, 4 seeds in one process 4 x 102,400 / 2 s = 204,800 (4.00x); each is 5,120%
+    of its ceiling (1,000 and 4,000)."""
+    import seeds_speed
+
+    calls = []
+
+    def run_once(script, flags, env, timeout):
+        calls.append((script.name, flags, timeout))
+        return (len(flags[flags.index("--seeds") + 1 :]) / 2 if "--seeds" in flags else 2.0), None
+
+    monkeypatch.setattr(seeds_speed, "run_once", run_once)
+    monkeypatch.setattr(seeds_speed, "env_ceilings", lambda env_id, counts, steps: {0: 1000, **{n: 1000 * n for n in counts}})
+    seeds_speed.main(["--seeds-counts", "4", "--rounds", "1", "--output", str(tmp_path / "out" / "speed.md")])
+    common = ["--env-id", "Hopper-v5", "--total-timesteps", "102400"]
+    assert calls == [("ppo_continuous_action.py", common + ["--seed", str(seed)], 3600) for seed in (1, 2, 3)] + [
+        ("ppo_continuous_action_seeds.py", common + ["--seeds", "1", "2", "3", "4"], 3600)
+    ]
+    lines = (tmp_path / "out" / "speed.md").read_text().splitlines()
+    assert "| 1 | 6.0 / 51200 | 2.0 / 204800 / 4.00x |" in lines
+    assert "| single script (1 env) | 1000 | 5120% |" in lines
+    assert "| 4 seeds in one process (4 envs) | 4000 | 5120% |" in lines
