@@ -1,18 +1,17 @@
 """On a GPU (each test is skipped where torch sees none): a run stopped on CUDA resumes as the uninterrupted one goes on,
 CUDA's RNG states included; a checkpoint trained on CUDA is evaluated by a process that sees no GPU; --compile's
 backward on CUDA gives the plain gradients, laid out as fused Adam takes them; --tf32 changes the numbers as far as TF32
-may. The CPU versions of these tests, whose helpers these import, are in test_long_runs.py and test_fast_paths.py."""
+may. The CPU versions of these tests are in test_long_runs.py and test_fast_paths.py; the helpers these import are in
+long_run_helpers.py and test_fast_paths.py."""
 
 import glob
-import shutil
 
 import pytest
-from ppo_utils import checkpoints
 from ppo_utils import compiled as compile_support
 import torch
 from conftest import FEED_FORWARD, SCRIPTS, fixed_batch, load_script, make_agent, run_script
+from long_run_helpers import SAVE_THEN_EVALUATE, stop_mid_rollout_then_resume
 from test_fast_paths import assert_matches_float64, float64_twin
-from test_long_runs import SAVE_THEN_EVALUATE, STOP_REQUESTS, assert_same
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: torch.cuda.is_available() is False")
 
@@ -21,48 +20,21 @@ CUDA = torch.device("cuda")
 
 @pytest.mark.slow
 def test_a_run_stopped_on_cuda_resumes_as_the_uninterrupted_one_goes_on(tmp_path, monkeypatch):
-    """test_long_runs' stop in the middle of rollout 3, on CUDA: the stopped run saves update 2 exactly as the
-    uninterrupted run had it, the states of CUDA's generators (which sample the actions) included; resuming it then
-    gives, to the last bit, what resuming the uninterrupted run's own update-2 checkpoint gives. No tolerance: one GPU
-    runs the same kernels on the same numbers (an MLP: no cuDNN; --no-compile, to keep it short)."""
+    """long_run_helpers' stop in the middle of rollout 3, on CUDA: the saved update 2 is the uninterrupted run's, the
+    states of CUDA's generators (which sample the actions) included, and resuming it gives, to the last bit, what
+    resuming the uninterrupted run's own update-2 checkpoint gives. No tolerance: one GPU runs the same kernels on the
+    same numbers (an MLP: no cuDNN; --no-compile, to keep it short)."""
     cont = load_script("ppo_continuous_action")
-    save = checkpoints.save_checkpoint
-
-    def keep_each(path, checkpoint):  # each checkpoint is also kept as agent.pt.<update>
-        save(path, checkpoint)
-        shutil.copy(path, f"{path}.{checkpoint['iteration']}")
-
-    monkeypatch.setattr(checkpoints, "save_checkpoint", keep_each)
-    args = cont.Args(env_id="StopsMidRolloutPendulum-v1", num_steps=64, total_timesteps=64 * 4, num_minibatches=2,
-                     update_epochs=1, checkpoint_interval=1, cuda=True, compile=False)  # fmt: skip
-    for run, stop_signals in (("uninterrupted", []), ("stopped", STOP_REQUESTS)):
-        (tmp_path / run).mkdir()
-        monkeypatch.chdir(tmp_path / run)
-        STOP_REQUESTS.clear()
-        cont.train(args, stop_signals)
-    assert STOP_REQUESTS
-    (stopped_path,) = glob.glob(str(tmp_path / "stopped" / "runs" / "*" / "agent.pt"))
-    (uninterrupted_path,) = glob.glob(str(tmp_path / "uninterrupted" / "runs" / "*" / "agent.pt.2"))
-    stopped, uninterrupted = (torch.load(path, weights_only=True) for path in (stopped_path, uninterrupted_path))
-    assert stopped["iteration"] == 2 and all(value.is_cuda for value in stopped["model"].values())  # trained on CUDA
+    stopped, resumed = stop_mid_rollout_then_resume(cont, tmp_path, monkeypatch, cuda=True, compile=False)
+    assert all(value.is_cuda for value in stopped["model"].values())  # trained on CUDA
     assert len(stopped["rng"]["cuda"]) == torch.cuda.device_count()  # a state for each GPU's generator
-    for key in ("model", "optimizer", "env_stats", "rng", "iteration", "global_step", "kl_beta"):
-        assert_same(stopped[key], uninterrupted[key], key)
-
-    finals = []
-    for run, path in (("stopped", stopped_path), ("uninterrupted", uninterrupted_path)):
-        (tmp_path / f"{run}-resumed").mkdir()
-        monkeypatch.chdir(tmp_path / f"{run}-resumed")
-        result = cont.train(cont.Args(resume=path))  # with the checkpoint's flags: on CUDA
-        assert next(result["agent"].parameters()).is_cuda
-        finals.append(result["agent"].state_dict())
-    assert_same(finals[0], finals[1], "model after update 4")
+    assert all(next(result["agent"].parameters()).is_cuda for result in resumed)  # resumed with the checkpoint's --cuda
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_a_checkpoint_trained_on_cuda_evaluates_where_no_gpu_is_visible(tmp_path, name):
-    flags, episodes = SAVE_THEN_EVALUATE[name]  # test_long_runs' short runs
+    flags, episodes = SAVE_THEN_EVALUATE[name]  # the short runs test_long_runs evaluates on the CPU
     result = run_script(name, *flags, "--save-model", "--cuda", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (checkpoint_path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))

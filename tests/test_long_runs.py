@@ -15,6 +15,7 @@ from ppo_utils import checkpoints
 from ppo_utils import run as ppo_run
 import torch
 from conftest import ROOT, SCRIPTS, continuous, load_script, make_agent, read_scalars, run_script
+from long_run_helpers import SAVE_THEN_EVALUATE, stop_mid_rollout_then_resume
 from ppo_utils.env_statistics import env_statistics
 from ppo_utils.flag_checks import check_args
 
@@ -130,21 +131,6 @@ def adam_steps(optimizer_state):
     return [float(state["step"]) for state in optimizer_state["state"].values()]
 
 
-# a short run that saves its model, then --eval-checkpoint: (training flags, episodes to evaluate); Atari games are long
-SAVE_THEN_EVALUATE = {
-    "ppo_continuous_action": (["--env-id", "InvertedPendulum-v5", "--num-steps", "512", "--total-timesteps", "1024"], 3),
-    "ppo_atari": (["--num-envs", "2", "--total-timesteps", "512"], 1),
-    "ppo_rnn": (
-        ["--env-id", "CartPoleNoVelocity-v1", "--num-envs", "2", "--num-minibatches", "2", "--total-timesteps", "512"],
-        3,
-    ),
-    "ppo_rnn_continuous_action": (
-        ["--env-id", "InvertedPendulum-v5", "--num-envs", "4", "--num-minibatches", "2", "--total-timesteps", "1024"],
-        3,
-    ),
-}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_save_model_then_evaluate(tmp_path, name):
@@ -236,68 +222,12 @@ def test_foreign_checkpoint_is_refused(tmp_path):
 # what a stop saves, how it is written, and what stops
 
 
-STOP_REQUESTS = []  # the stop_signals list of the run that the env below interrupts
-
-
-class StopsMidRollout(gym.Wrapper):
-    """Pendulum that asks the run to stop (as a SIGTERM would) at its 150th step: in the third 64-step rollout."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.steps = 0
-
-    def step(self, action):
-        self.steps += 1
-        if self.steps == 150:
-            STOP_REQUESTS.append(signal.SIGTERM)
-        return self.env.step(action)
-
-
-gym.register("StopsMidRolloutPendulum-v1", entry_point=lambda **kw: StopsMidRollout(gym.make("Pendulum-v1", **kw)))
-
-
 @pytest.mark.slow
 def test_stop_saves_the_last_finished_update_as_it_was(tmp_path, monkeypatch):
-    """A stop in the middle of rollout 3 saves update 2 exactly as the uninterrupted run had it when update 2 finished:
-    parameters, optimizer, counters, and also the normalization statistics and RNG states, which the dropped rollout
-    had moved on. Resuming either checkpoint is then the same run."""
-    written = {}
-    save = checkpoints.save_checkpoint
-
-    def keep_each(path, checkpoint):
-        save(path, checkpoint)
-        written[(os.path.basename(os.getcwd()), checkpoint["iteration"])] = torch.load(path, weights_only=True)
-
-    monkeypatch.setattr(checkpoints, "save_checkpoint", keep_each)
-    args = cont.Args(env_id="StopsMidRolloutPendulum-v1", num_steps=64, total_timesteps=64 * 4, num_minibatches=2,
-                     update_epochs=1, checkpoint_interval=1)  # fmt: skip
-    for run, stop_signals in (("uninterrupted", []), ("stopped", STOP_REQUESTS)):
-        (tmp_path / run).mkdir()
-        monkeypatch.chdir(tmp_path / run)
-        STOP_REQUESTS.clear()
-        cont.train(args, stop_signals)
-    assert STOP_REQUESTS and ("stopped", 3) not in written and ("uninterrupted", 4) in written
-    (stopped,) = glob.glob(str(tmp_path / "stopped" / "runs" / "*" / "agent.pt"))
-    stopped, uninterrupted = torch.load(stopped, weights_only=True), written[("uninterrupted", 2)]
-    assert stopped["iteration"] == 2 and stopped["env_stats"]["obs_rms"]["count"] > 128
-    for key in ("model", "optimizer", "env_stats", "rng", "iteration", "global_step", "kl_beta"):
-        assert_same(stopped[key], uninterrupted[key], key)
-
-
-def assert_same(a, b, where):
-    """a and b are equal to the last bit, through nested dicts, lists and tuples of tensors, arrays and numbers."""
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    else:
-        assert a == b, where
+    """A stop in the middle of rollout 3 saves update 2 exactly as the uninterrupted run had it, and resuming either
+    checkpoint is then the same run: long_run_helpers' harness, on the CPU (test_gpu.py runs it on CUDA)."""
+    stopped, _ = stop_mid_rollout_then_resume(cont, tmp_path, monkeypatch, cuda=False)
+    assert stopped["env_stats"]["obs_rms"]["count"] > 128  # the statistics compared are those of 128 steps at least
 
 
 def test_checkpoints_reach_the_disk_before_and_after_the_rename(tmp_path, monkeypatch):
