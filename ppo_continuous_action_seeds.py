@@ -28,7 +28,7 @@ from torch.distributions.normal import Normal
 from ppo_utils.checkpoints import Update, resume_command
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes
-from ppo_utils.flag_checks import RUN_FLAG_RULES, ArgError, check_args
+from ppo_utils.flag_checks import FLAG_RULES, ArgError, check_args
 from ppo_utils.run import STOPPED, Run, main
 from ppo_utils.seeds import agent_args, agent_infos, agent_state, check_finite, restore_agents, resume_agents
 from ppo_utils.seeds import stop_after_failure
@@ -36,149 +36,71 @@ from ppo_utils.seeds import stop_after_failure
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment (one folder name), part of the run folder runs/{env_id}__{exp_name}__{seed}__{time}"""
-    seed: tyro.conf.Suppress[int] = 1
-    """one agent's seed (each agent's run and checkpoint has one); --seeds sets them"""
-    torch_deterministic: bool = True
-    """sets `torch.backends.cudnn.deterministic`"""
-    cuda: bool = True
-    """use CUDA when a GPU is present (the CPU otherwise)"""
-    torch_threads: int = 1
-    """CPU threads of torch (torch.set_num_threads); 0: torch's default, one per core; 1 suits these small MLPs best"""
-    compile: bool = True
-    """compute each minibatch's loss and gradients as one torch.compile'd graph (same gradients; docs/flags.md)"""
-    tf32: bool = False
-    """on a GPU, matmuls and convolutions in TensorFloat-32 (faster on Ampere and newer, 10-bit mantissa); off: float32"""
-    fused_adam: bool = True
-    """Adam's fused kernel (faster; the same steps up to float rounding); off: PyTorch's default Adam, as CleanRL uses"""
-    track: bool = False
-    """log to Weights and Biases as well (config, code, TensorBoard scalars, videos); WANDB_MODE=offline works"""
-    wandb_project_name: str = "ppo-details"
-    """the wandb project"""
-    wandb_entity: str | None = None
-    """the wandb entity (team); None: your default entity"""
-    capture_video: bool = False
-    """record videos of env 0 under runs/{run_name}/videos (headless: MUJOCO_GL defaults to egl)"""
-    save_model: bool = True
-    """save the agent, with everything needed to act and to continue training, to runs/{run_name}/agent.pt at the end"""
-    checkpoint_interval: int | None = None
-    """write runs/{run_name}/agent.pt every this many updates; None: every 100 with --save-model, else never; 0: never"""
-    resume: str | None = None
-    """continue the run saved in this agent.pt with its own flags, schedules, statistics and RNG states (new episodes)"""
-    eval_checkpoint: str | None = None
-    """instead of training, load this agent.pt (written by --save-model) and report its mean episodic return"""
-    eval_episodes: int = 10
-    """how many episodes --eval-checkpoint plays"""
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]  # the experiment: runs/{env_id}__{exp_name}__{seed}__{time}
+    seed: tyro.conf.Suppress[int] = 1  # one agent's seed (each agent's run and checkpoint has one); --seeds sets them
+    torch_deterministic: bool = True  # sets `torch.backends.cudnn.deterministic`
+    cuda: bool = True  # use CUDA when a GPU is present (the CPU otherwise)
+    torch_threads: int = 1  # torch's CPU threads; 0: one per core (1 suits these small MLPs best)
+    compile: bool = True  # each minibatch's loss and gradients as one torch.compile'd graph (docs/flags.md)
+    tf32: bool = False  # on a GPU, matmuls and convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
+    fused_adam: bool = True  # Adam's fused kernel (the same steps up to float rounding); off: PyTorch's default Adam
+    track: bool = False  # log to Weights and Biases too (config, code, scalars, videos); WANDB_MODE=offline works
+    wandb_project_name: str = "ppo-details"  # the wandb project
+    wandb_entity: str | None = None  # the wandb entity (team); None: your default entity
+    capture_video: bool = False  # record videos of env 0 under runs/{run_name}/videos (headless: MUJOCO_GL defaults to egl)
+    save_model: bool = True  # save the agent and all it needs to train on to runs/{run_name}/agent.pt at the end
+    checkpoint_interval: int | None = None  # updates between checkpoints; None: 100 with --save-model, else none; 0: none
+    resume: str | None = None  # continue the run saved in this agent.pt (its flags, schedules, statistics, RNG states)
+    eval_checkpoint: str | None = None  # play this agent.pt instead of training and report its mean episodic return
+    eval_episodes: int = 10  # how many episodes --eval-checkpoint plays
 
-    env_id: str = "Hopper-v5"
-    """a gymnasium environment with a continuous (Box) action space"""
-    mask_velocity: bool = False
-    """observe positions only, the velocities dropped (a partially observed task): v5 MuJoCo tasks and Pendulum-v1"""
-    total_timesteps: int = 1_000_000
-    """environment steps of the whole run, summed over the parallel envs"""
-    num_envs: int = 1
-    """(G10) number of parallel environments"""
-    num_steps: int = 2048
-    """(G10) steps per environment in each rollout (the paper's horizon T)"""
-    vector_env: Literal["sync", "async"] = "sync"
-    """(G10) gymnasium's SyncVectorEnv (one process) or AsyncVectorEnv (one subprocess per env)"""
+    env_id: str = "Hopper-v5"  # a gymnasium environment with a continuous (Box) action space
+    mask_velocity: bool = False  # positions only: drop the velocities from observations (v5 MuJoCo tasks, Pendulum-v1)
+    total_timesteps: int = 1_000_000  # environment steps of the whole run, summed over the parallel envs
+    num_envs: int = 1  # (G10) number of parallel environments
+    num_steps: int = 2048  # (G10) steps per environment in each rollout (the paper's horizon T)
+    vector_env: Literal["sync", "async"] = "sync"  # (G10) gymnasium's SyncVectorEnv, or AsyncVectorEnv (a subprocess per env)
 
-    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"
-    """(G1) the paper's Table 1 objective: clipped, unclipped, or a KL penalty, fixed (--kl-beta) or adaptive (--kl-dtarg)"""
-    clip_coef: float = 0.2
-    """(G1, G4) the clip range epsilon of the surrogate and of the value loss, > 0 (no clipping: G1 unclipped, G4 off)"""
-    kl_beta: float = 1.0
-    """(G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)"""
-    kl_dtarg: float = 0.01
-    """(G1) the target KL d_targ of kl-adaptive"""
-    gae: bool = True
-    """(G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end"""
-    gamma: float = 0.99
-    """(G2) the discount factor gamma, in [0, 1]"""
-    gae_lambda: float = 0.95
-    """(G2) the GAE lambda, in [0, 1]"""
-    norm_adv: bool = True
-    """(G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed"""
-    clip_vloss: bool = True
-    """(G4) clip the value loss around the rollout's values, as the surrogate is clipped; off: plain squared error"""
-    ent_coef: float = 0.0
-    """(G5) the coefficient of the entropy bonus in the loss; 0 turns it off"""
-    vf_coef: float = 0.5
-    """(G5) the coefficient of the value loss in the loss"""
-    anneal_lr: bool = True
-    """(G6) anneal the learning rate linearly to 0 over the run; off: constant"""
-    learning_rate: float = 3e-4
-    """(G6) the Adam learning rate (at the start of the run)"""
-    num_minibatches: int = 32
-    """(G7) minibatches per epoch; 1 = the full batch"""
-    update_epochs: int = 10
-    """(G7) epochs over each rollout"""
-    max_grad_norm: float = 0.5
-    """(G8) clip the global L2 norm of all gradients to this value; 0 turns it off"""
-    ortho_init: bool = True
-    """(G9) orthogonal weights (gain sqrt(2) hidden, 0.01 policy, 1 value), zero biases; off: PyTorch's default init"""
-    adam_eps: float = 1e-5
-    """(G11) the epsilon of Adam (PyTorch's default is 1e-8)"""
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) the objective of the paper's Table 1
+    clip_coef: float = 0.2  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
+    kl_beta: float = 1.0  # (G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)
+    kl_dtarg: float = 0.01  # (G1) the target KL d_targ of kl-adaptive
+    gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end
+    gamma: float = 0.99  # (G2) the discount factor gamma, in [0, 1]
+    gae_lambda: float = 0.95  # (G2) the GAE lambda, in [0, 1]
+    norm_adv: bool = True  # (G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed
+    clip_vloss: bool = True  # (G4) clip the value loss around the rollout's values; off: plain squared error
+    ent_coef: float = 0.0  # (G5) the coefficient of the entropy bonus in the loss; 0 turns it off
+    vf_coef: float = 0.5  # (G5) the coefficient of the value loss in the loss
+    anneal_lr: bool = True  # (G6) anneal the learning rate linearly to 0 over the run; off: constant
+    learning_rate: float = 3e-4  # (G6) the Adam learning rate (at the start of the run)
+    num_minibatches: int = 32  # (G7) minibatches per epoch; 1 = the full batch
+    update_epochs: int = 10  # (G7) epochs over each rollout
+    max_grad_norm: float = 0.5  # (G8) clip the global L2 norm of all gradients to this value; 0 turns it off
+    ortho_init: bool = True  # (G9) orthogonal init (gains sqrt(2) hidden, 0.01 policy, 1 value); off: PyTorch's default
+    adam_eps: float = 1e-5  # (G11) the epsilon of Adam (PyTorch's default is 1e-8)
 
-    norm_obs: bool = True
-    """(M1) normalize observations by a running mean and variance shared by all envs (and torchrun ranks); off: raw"""
-    clip_obs: float = 10.0
-    """(M2) clip normalized observations to [-clip_obs, clip_obs]; 0 turns it off (as does --no-norm-obs)"""
-    norm_reward: bool = True
-    """(M3) divide rewards by the running std of a discounted return (no mean subtracted); off: raw rewards"""
-    clip_reward: float = 10.0
-    """(M4) clip scaled rewards to [-clip_reward, clip_reward]; 0 turns it off (as does --no-norm-reward)"""
-    norm_per_env: bool = False
-    """(M1, M3) normalize in each env by itself with gymnasium's single-env wrappers, as CleanRL (docs/cleanrl.md);
-    off (the reference): one set of statistics for all envs, the episode's final observation not counted"""
-    state_dependent_std: bool = False
-    """(M5) a network head outputs the log-std; off (the reference): a state-independent log-std parameter"""
-    log_std_init: float = 0.0
-    """(M5) the initial log-std (the bias of the head with --state-dependent-std)"""
-    activation: Literal["tanh", "relu"] = "tanh"
-    """(M6) the activation of the hidden layers"""
-    shared_network: bool = False
-    """(M7) policy and value share their hidden layers; off (the reference): two separate networks"""
-    clip_action: bool = True
-    """(M8) clip actions to the action space for the env only, storing the unclipped sample; off: the raw sample"""
+    norm_obs: bool = True  # (M1) normalize observations by running statistics shared by all envs and ranks; off: raw
+    clip_obs: float = 10.0  # (M2) clip normalized observations to [-clip_obs, clip_obs]; 0 (or --no-norm-obs): off
+    norm_reward: bool = True  # (M3) divide rewards by the running std of a discounted return; off: raw rewards
+    clip_reward: float = 10.0  # (M4) clip scaled rewards to [-clip_reward, clip_reward]; 0 (or --no-norm-reward): off
+    norm_per_env: bool = False  # (M1, M3) statistics per env (gymnasium's wrappers, as CleanRL); off: shared by all envs
+    state_dependent_std: bool = False  # (M5) a network head outputs the log-std; off: a state-independent log-std parameter
+    log_std_init: float = 0.0  # (M5) the initial log-std (the bias of the head with --state-dependent-std)
+    activation: Literal["tanh", "relu"] = "tanh"  # (M6) the activation of the hidden layers
+    shared_network: bool = False  # (M7) policy and value share their hidden layers; off (the reference): two separate networks
+    clip_action: bool = True  # (M8) clip actions to the action space for the env, storing the raw sample; off: unclipped
 
-    anneal_clip_coef: bool = False
-    """(X1) anneal --clip-coef linearly to 0 with the same schedule as the learning rate; off: a constant clip range"""
-    target_kl: float | None = None
-    """(X3) stop an update's epochs once the approximate KL of an epoch's last minibatch exceeds this; None: off"""
+    anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 as the learning rate; off: constant
+    target_kl: float | None = None  # (X3) end the update once an epoch's last approximate KL exceeds this; None: off
 
-    bootstrap_truncated: bool = False
-    """(B1) add gamma * V(final obs) to the last reward of a time-limit truncation; off (the reference): as a termination"""
+    bootstrap_truncated: bool = False  # (B1) bootstrap time-limit cuts: reward + gamma * V(final obs); off: as terminations
 
     script: ClassVar[str] = "ppo_continuous_action.py"  # each agent's checkpoint is a run of that script
     env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
     eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
-    # each numeric flag's range: flag -> (the test its value must pass, what the message "--flag value: ..." asks for; a
-    # value that turns a detail off says which). check_args tests them, and those of the run flags (ppo_utils.flag_checks)
+    # the ranges of this script's own numeric flags, as ppo_utils.flag_checks.FLAG_RULES gives those every script has
     flag_rules: ClassVar[dict] = {
-        "torch_threads": (lambda v: v >= 0, "pass a positive count, or 0 for torch's default"),
-        "num_envs": (lambda v: v >= 1, "pass a positive count"),
-        "num_steps": (lambda v: v >= 1, "pass a positive count"),
-        "clip_coef": (  # 0 is no "off": with it neither the policy (G1) nor the value (G4) may move from the rollout's
-            lambda v: v > 0,
-            "pass a clip range > 0; to turn clipping off use --surrogate unclipped (G1) and --no-clip-vloss (G4)",
-        ),
-        "kl_beta": (  # 0 is --surrogate unclipped, and kl-adaptive would never move it (it doubles or halves beta)
-            lambda v: v > 0,
-            "pass a KL penalty coefficient > 0; for no penalty use --surrogate unclipped",
-        ),
-        "kl_dtarg": (lambda v: v > 0, "pass a target KL > 0"),
-        "gamma": (lambda v: 0 <= v <= 1, "pass a discount in [0, 1]"),
-        "gae_lambda": (lambda v: 0 <= v <= 1, "pass a lambda in [0, 1] (--no-gae turns GAE off)"),
-        "ent_coef": (lambda v: v >= 0, "pass a coefficient >= 0 (0: no entropy bonus)"),
-        "vf_coef": (lambda v: v >= 0, "pass a coefficient >= 0"),
-        "learning_rate": (lambda v: v >= 0, "pass a learning rate > 0, or 0 to leave the agent as initialized"),
-        "num_minibatches": (lambda v: v >= 1, "pass a positive count (1: the full batch)"),
-        "update_epochs": (lambda v: v >= 1, "pass a positive count"),
-        "max_grad_norm": (lambda v: v >= 0, "pass a norm > 0, or 0 to turn G8 off"),
-        "adam_eps": (lambda v: v > 0, "pass an epsilon > 0 (Adam divides by it where a gradient is 0)"),
-        "target_kl": (lambda v: v >= 0, "pass a KL >= 0 (0: one epoch per update), or leave it unset (None) to turn X3 off"),
         "clip_obs": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M2 off"),
         "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
     }
@@ -197,19 +119,8 @@ class Args:
         return self.total_timesteps // (self.batch_size * launched_processes())
 
     def check(self, world_size: int, kind: str):
-        """How the flags fit together, for `world_size` processes (X2) on an env of `kind` (flag_checks.ENV_KINDS):
-        check_args calls this once each flag is in its range and the env id is one this script takes; ArgError for the
-        first misfit."""
-        if self.batch_size % self.num_minibatches:
-            raise ArgError(
-                f"--num-minibatches {self.num_minibatches} does not divide the batch of --num-envs {self.num_envs} x "
-                f"--num-steps {self.num_steps} = {self.batch_size}; choose a divisor of {self.batch_size}"
-            )
-        if self.norm_adv and self.minibatch_size == 1:
-            raise ArgError(
-                f"--num-minibatches {self.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
-                "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
-            )
+        """How this script's flags fit together, for `world_size` processes (X2) on an env of `kind`; ArgError for the
+        first misfit (ppo_utils.flag_checks.check_args calls it, then checks what every script's batch must fit)."""
         if self.mask_velocity and self.env_id not in POSITIONS:
             raise ArgError(f"--mask-velocity knows the positions of {', '.join(POSITIONS)}; leave it off for {self.env_id}")
         if self.norm_per_env and self.vector_env != "sync":
@@ -225,20 +136,16 @@ class Args:
 
 @dataclass
 class SeedsArgs(Args):
-    seeds: tuple[int, ...] = (1,)
-    """the seeds, one agent each (agent i is the run of ppo_continuous_action.py --seed seeds[i]), in 0 .. 2**32 - 1"""
-    resume: tuple[str, ...] = ()
-    """continue the runs saved in these agent.pt files (one per seed, from one batched run or from runs of
-    ppo_continuous_action.py with the same flags and counters) with their own flags, statistics and RNG states"""
-    eval_checkpoint: str | None = None
-    """an agent.pt to play: each is a checkpoint of ppo_continuous_action.py, which plays it (this script says so)"""
+    seeds: tuple[int, ...] = (1,)  # one agent per seed (agent i: ppo_continuous_action.py --seed seeds[i]), in 0 .. 2**32 - 1
+    resume: tuple[str, ...] = ()  # continue the runs in these agent.pt files (one per seed, with the same flags and counters)
+    eval_checkpoint: str | None = None  # an agent.pt to play: each agent is a run of ppo_continuous_action.py, which plays it
 
     script: ClassVar[str] = os.path.basename(__file__)
 
     def check(self, world_size: int, kind: str):
         """Args.check, after the batched script's own rules: distinct seeds in numpy's range, one process, wandb for one
         run."""
-        in_range, fix = RUN_FLAG_RULES["seed"]
+        in_range, fix = FLAG_RULES["seed"]
         for seed in self.seeds:
             if not in_range(seed):
                 raise ArgError(f"--seeds {seed}: {fix}")
@@ -592,7 +499,9 @@ def update_policy(agent, optimizers, batch, args: Args, clip_coef, kl_beta, shuf
             mb_inds = torch.as_tensor(b_inds[:, start : start + args.minibatch_size], device=device)
             mb = {key: value[agent_axis, mb_inds] for key, value in batch.items()}
             agent.zero_grad()
-            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients; ppo_loss's statistics
+            # the loss and its gradients: ppo_backward's loss.backward(), or with --compile (the feed-forward scripts'
+            # default) ppo_utils/compiled.py's one graph of ppo_loss and its torch.func.grad: the same gradients, faster
+            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # ppo_loss's statistics
             all_mb_stats.append(torch.stack(list(mb_stats.values()), dim=1))
             for i in np.flatnonzero(running):
                 if args.max_grad_norm > 0:

@@ -1,8 +1,8 @@
 """The flag checks every script runs before anything starts (before a run folder exists): each flag's range, the env
 id (one of the kinds the script trains on), and how the flags fit together. The rules of a script's own flags are its
-Args' (`flag_rules`, `check`); those here are the run flags' that this package reads, and the env ids'. A bad command
-line ends in ArgError, whose one-line message names the flag and the fix (ppo_utils.run.main prints it). No PPO detail
-is decided here."""
+Args' (`flag_rules`, `check`); those here are of the flags every script has, and the env ids'. A bad command line ends
+in ArgError, whose one-line message names the flag and the fix (ppo_utils.run.main prints it). No PPO detail is decided
+here: a rule only refuses values."""
 
 import importlib
 import os
@@ -17,14 +17,37 @@ class ArgError(ValueError):
     """A bad command line: the message names the flag and the fix."""
 
 
-# what each numeric run flag that this package reads takes: flag -> (the test its value must pass, what the message asks
-# for). The message is "--flag value: what it asks for". A script's Args adds the rules of its own flags (`flag_rules`, in
-# the same form); an unset optional flag (None) is not tested; a float must first be finite (tyro reads "nan" and "inf").
-RUN_FLAG_RULES = {
+# what each numeric flag that every script has takes: flag -> (the test its value must pass, what the message asks for;
+# a value that turns a detail off says which). The message is "--flag value: what it asks for". A script's Args adds the
+# rules of its own flags (`flag_rules`, in the same form); an unset optional flag (None) is not tested; a float must
+# first be finite (tyro reads "nan" and "inf").
+FLAG_RULES = {
     "seed": (lambda v: 0 <= v < 2**32, "pass a seed in 0 .. 2**32 - 1 (numpy's range)"),
+    "torch_threads": (lambda v: v >= 0, "pass a positive count, or 0 for torch's default"),
     "checkpoint_interval": (lambda v: v >= 0, "pass a count of updates, or 0 for none (unset: every 100 with --save-model)"),
     "eval_episodes": (lambda v: v >= 1, "pass 1 or more"),
     "total_timesteps": (lambda v: v >= 1, "pass a positive count"),
+    "num_envs": (lambda v: v >= 1, "pass a positive count"),
+    "num_steps": (lambda v: v >= 1, "pass a positive count"),
+    "clip_coef": (  # 0 is no "off": with it neither the policy (G1) nor the value (G4) may move from the rollout's
+        lambda v: v > 0,
+        "pass a clip range > 0; to turn clipping off use --surrogate unclipped (G1) and --no-clip-vloss (G4)",
+    ),
+    "kl_beta": (  # 0 is --surrogate unclipped, and kl-adaptive would never move it (it doubles or halves beta)
+        lambda v: v > 0,
+        "pass a KL penalty coefficient > 0; for no penalty use --surrogate unclipped",
+    ),
+    "kl_dtarg": (lambda v: v > 0, "pass a target KL > 0"),
+    "gamma": (lambda v: 0 <= v <= 1, "pass a discount in [0, 1]"),
+    "gae_lambda": (lambda v: 0 <= v <= 1, "pass a lambda in [0, 1] (--no-gae turns GAE off)"),
+    "ent_coef": (lambda v: v >= 0, "pass a coefficient >= 0 (0: no entropy bonus)"),
+    "vf_coef": (lambda v: v >= 0, "pass a coefficient >= 0"),
+    "learning_rate": (lambda v: v >= 0, "pass a learning rate > 0, or 0 to leave the agent as initialized"),
+    "num_minibatches": (lambda v: v >= 1, "pass a positive count (1: the full batch)"),
+    "update_epochs": (lambda v: v >= 1, "pass a positive count"),
+    "max_grad_norm": (lambda v: v >= 0, "pass a norm > 0, or 0 to turn G8 off"),
+    "adam_eps": (lambda v: v > 0, "pass an epsilon > 0 (Adam divides by it where a gradient is 0)"),
+    "target_kl": (lambda v: v >= 0, "pass a KL >= 0 (0: one epoch per update), or leave it unset (None) to turn X3 off"),
 }
 
 
@@ -133,9 +156,9 @@ def run_name_part(env_id):
 
 
 def check_flags(args) -> None:
-    """Checks each numeric flag of `args` against its rule (RUN_FLAG_RULES and its Args' flag_rules), the finiteness
+    """Checks each numeric flag of `args` against its rule (FLAG_RULES and its Args' flag_rules), the finiteness
     of every float flag first, and --exp-name, which names a folder; ArgError names the first flag out of its range."""
-    rules = RUN_FLAG_RULES | args.flag_rules
+    rules = FLAG_RULES | args.flag_rules
     for field in fields(args):
         value = getattr(args, field.name)
         rule, fix = rules.get(field.name, (lambda v: True, "pass a finite number"))
@@ -149,10 +172,12 @@ def check_flags(args) -> None:
 def check_args(args, world_size=None) -> None:
     """Validates the flags and the env id before anything starts, before any run folder too; raises ArgError with a
     one-line message. In order: each flag's range (check_flags), the env id (one of the kinds of ENV_KINDS in its Args'
-    `env_kinds`), the step budget, how the script's flags fit together (its Args' `check(world_size, kind)`), and
-    whether --capture-video can record here. world_size: the processes under torchrun (X2), each collecting a batch of
-    its own."""
-    world_size = world_size or int(os.environ.get("WORLD_SIZE", 1))  # X2: torchrun's processes
+    `env_kinds`), the step budget, how the script's flags fit together (its Args' `check(world_size, kind)`), how the
+    batch splits (check_batch), envpool's limits, and whether --capture-video can record here. world_size: the processes
+    under torchrun (X2), each collecting a batch of its own."""
+    from .distributed import launched_processes  # here, not above: distributed.py imports ArgError from this module
+
+    world_size = world_size or launched_processes()  # X2: torchrun's processes
     check_flags(args)
     kind = check_env_id(args.env_id, args.env_kinds)
     if args.total_timesteps < args.batch_size * world_size:
@@ -161,10 +186,47 @@ def check_args(args, world_size=None) -> None:
             batch = f"one update of {world_size} processes ({world_size} x {args.batch_size} = {args.batch_size * world_size})"
         raise ArgError(f"--total-timesteps {args.total_timesteps} is less than {batch}; raise it")
     args.check(world_size, kind)
+    check_batch(args)
+    if getattr(args, "vector_env", None) == "envpool":
+        check_envpool(args, kind)
     if kind != "atari" and args.capture_video:
         check_rendering(args.env_id, kind)
     if args.capture_video:
         check_video_writer()
+
+
+def check_batch(args):
+    """What every script's batch must fit: G7's minibatches split it evenly, and G3 has two samples or more to
+    normalize in each."""
+    if args.batch_size % args.num_minibatches:
+        raise ArgError(
+            f"--num-minibatches {args.num_minibatches} does not divide the batch of --num-envs {args.num_envs} x "
+            f"--num-steps {args.num_steps} = {args.batch_size}; choose a divisor of {args.batch_size}"
+        )
+    if args.norm_adv and args.minibatch_size == 1:
+        raise ArgError(
+            f"--num-minibatches {args.num_minibatches} makes minibatches of one sample, whose advantage G3 cannot "
+            "normalize (one value has no spread); choose fewer minibatches, or add --no-norm-adv"
+        )
+
+
+def check_envpool(args, kind):
+    """--vector-env envpool (the Atari scripts): what envpool's own wrappers cannot do as the flags ask."""
+    if kind != "atari":
+        raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
+    try:
+        import envpool  # noqa: F401  (Linux only)
+    except ImportError:
+        raise ArgError("--vector-env envpool: envpool is not installed here; pip install envpool (Linux), or add "
+                       "--vector-env sync") from None  # fmt: skip
+    if args.capture_video:
+        raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
+    if args.noop_max == 0:
+        raise ArgError("envpool cannot turn A1 off (--noop-max 0); add --vector-env sync")
+    if args.gray_after_resize:
+        raise ArgError("envpool grays its frames its own way, not with --gray-after-resize; add --vector-env sync")
+    if ":" in args.env_id:  # envpool looks the game up by its registered id
+        raise ArgError(f"--vector-env envpool takes the game's registered id: pass --env-id {args.env_id.split(':', 1)[1]}")
 
 
 def check_env_id(env_id, env_kinds):

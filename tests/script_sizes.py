@@ -9,12 +9,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# raised when each script took its own flag rules (about 50 lines beside Args), the continuous one M1/M2's wrapper (38)
-# and ppo_rnn.py CartPoleNoVelocity-v1 (13), train() CleanRL's four seeding lines (issue 64), and the continuous ones
-# --mask-velocity's table of positions (26, issue 65)
-LINE_TARGETS = {"ppo_continuous_action": 625, "ppo_atari": 590, "ppo_rnn": 675, "ppo_rnn_continuous_action": 685}
-TRAIN_TARGET = 115  # lines of each train()
-DIFF_TARGETS = {("ppo_continuous_action", "ppo_atari"): 320, ("ppo_atari", "ppo_rnn"): 170,
+# lowered by the reading pass (issue 71): the shared flags' ranges and batch checks in ppo_utils/flag_checks.py, each
+# flag's help one comment on its line; a script that gains a feature first looks for what it can lose
+LINE_TARGETS = {"ppo_continuous_action": 560, "ppo_atari": 500, "ppo_rnn": 585, "ppo_rnn_continuous_action": 610}
+TRAIN_TARGET = 115  # lines of each train(); each Args shorter than its train()
+DIFF_TARGETS = {("ppo_continuous_action", "ppo_atari"): 280, ("ppo_atari", "ppo_rnn"): 160,
                 ("ppo_continuous_action", "ppo_rnn_continuous_action"): 140,
                 ("ppo_continuous_action", "ppo_continuous_action_seeds"): 455}  # lines of diff -u A B
 
@@ -36,8 +35,9 @@ def layout_report():
     lines = []
     for name, target in LINE_TARGETS.items():
         text = (ROOT / f"{name}.py").read_text()
-        (train,) = [node for node in ast.parse(text).body if getattr(node, "name", None) == "train"]
-        sizes = [("lines", len(text.splitlines()), target), ("train()", train.end_lineno - train.lineno + 1, TRAIN_TARGET)]
+        size = {node.name: node.end_lineno - node.lineno + 1 for node in ast.parse(text).body if hasattr(node, "name")}
+        sizes = [("lines", len(text.splitlines()), target), ("train()", size["train"], TRAIN_TARGET)]
+        sizes.append(("Args", size["Args"], size["train"] - 1))
         for what, size, most in sizes:
             lines.append(f"{name}.py {what}: {size} (target {most}){'  over' if size > most else ''}")
     for (a, b), target in DIFF_TARGETS.items():

@@ -46,7 +46,7 @@ def test_contract_flag_exists_parses_and_names_its_detail(name, flag, detail):
     assert getattr(tyro.cli(module.Args, args=argv), field.name) == expected
     if detail is not None:
         source = (ROOT / f"{name}.py").read_text()
-        help_text = re.search(rf"^    {field.name}: .*\n    \"\"\"\(([A-Z0-9, ]+)\)", source, re.M)
+        help_text = re.search(rf"^    {field.name}: .*  # \(([A-Z0-9, ]+)\)", source, re.M)  # tyro's help: the comment
         assert help_text and detail in help_text.group(1).split(", "), f"--{flag}'s help does not start with ({detail})"
 
 

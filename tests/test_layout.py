@@ -94,8 +94,8 @@ def test_the_batched_variant_differs_from_its_parent_only_where_batching_does():
 # meet the MLP's 64 units and the Gaussian head
 ADAPTED = {
     "        # built in ppo_continuous_action.py's order (the critic whole, then the actor), each body followed by its LSTM",
-    "    num_envs: int = 32",
-    "    num_steps: int = 64",
+    "    num_envs: int = 32  # (G10) number of parallel environments",
+    "    num_steps: int = 64  # (G10) steps per environment in each rollout (the paper's horizon T)",
     '            cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](64, args.rnn_hidden_size)',
     "        self.actor_mean = layer_init(nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, ortho=ortho)",
     "            self.actor_logstd = layer_init(",

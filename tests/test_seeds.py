@@ -157,14 +157,11 @@ def test_per_agent_normalizers_match_each_agents_own_envs():
                 np.testing.assert_array_equal(batched_stats[key][part][k], env_statistics(own)[key][part], err_msg=key)
 
 
-def field_helps(path, class_name):
-    """{field: its help (the docstring under it)} of a dataclass in a script, read with ast."""
-    body = next(node for node in ast.parse(path.read_text()).body if getattr(node, "name", None) == class_name).body
-    return {
-        node.target.id: after.value.value
-        for node, after in zip(body, body[1:])
-        if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-    }
+def field_lines(path, class_name):
+    """{field: its line (annotation, default and, in the comment after it, its help)} of a dataclass in a script."""
+    node = next(node for node in ast.parse(path.read_text()).body if getattr(node, "name", None) == class_name)
+    lines = path.read_text().splitlines()
+    return {field.target.id: lines[field.lineno - 1] for field in node.body if isinstance(field, ast.AnnAssign)}
 
 
 def test_every_flag_of_the_single_script_keeps_its_meaning():
@@ -173,10 +170,11 @@ def test_every_flag_of_the_single_script_keeps_its_meaning():
     theirs = {field.name: field for field in dataclasses.fields(cont.Args)}
     ours = {field.name: field for field in dataclasses.fields(seeds_script.SeedsArgs)}
     assert set(ours) - set(theirs) == {"seeds"}
-    their_help = field_helps(ROOT / "ppo_continuous_action.py", "Args")
-    our_help = field_helps(ROOT / "ppo_continuous_action_seeds.py", "Args")
+    their_lines = field_lines(ROOT / "ppo_continuous_action.py", "Args")
+    our_lines = field_lines(ROOT / "ppo_continuous_action_seeds.py", "Args")
     for name in set(theirs) - {"seed", "resume", "eval_checkpoint"}:
-        assert ours[name].type == theirs[name].type and our_help[name] == their_help[name], name
+        assert ours[name].type == theirs[name].type and our_lines[name] == their_lines[name], name
+        assert "  # " in our_lines[name], f"{name} has no help (tyro takes the comment after a field)"
         if name != "exp_name":  # the file's name
             assert ours[name].default == theirs[name].default, name
 
