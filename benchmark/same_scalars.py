@@ -1,6 +1,7 @@
 """Checks that a refactoring changed nothing a run computes: runs the same short training runs (RUNS) with two
 revisions of this repository and compares every (tag, step, value) of their TensorBoard scalars to the bit (all tags but
-charts/SPS, a clock reading), and the model tensors of their final agent.pt.
+charts/SPS, a clock reading), and the model tensors of their final agent.pt; a run of the seeds script writes a run
+folder per seed, each compared with the same seed's.
 
     python benchmark/same_scalars.py OLD NEW [--runs NAME ...] [--keep] [--python PYTHON]
 
@@ -35,6 +36,7 @@ IGNORED = {"charts/SPS"}  # steps per second: a clock reading, never the same tw
 STOP_TRIES = 3
 CONT = ["ppo_continuous_action.py", "--env-id", "Pendulum-v1", "--num-steps", "256", "--num-minibatches", "4",
         "--update-epochs", "2", "--total-timesteps", "1024", "--save-model"]  # fmt: skip
+# fmt: off
 RUNS = {  # name: the script and its flags, tiny budgets, each with --save-model (agent.pt to compare)
     "continuous": CONT,  # Pendulum-v1, 4 updates of 256 steps, compiled (the default): ~20 s more, compiling
     "continuous-eager": CONT + ["--no-compile"],
@@ -43,8 +45,13 @@ RUNS = {  # name: the script and its flags, tiny budgets, each with --save-model
               "--total-timesteps", "128", "--save-model", "--no-compile"],  # Breakout, 2 updates; compiled: ~50 s more
     "rnn": ["ppo_rnn.py", "--env-id", "CartPoleNoVelocity-v1", "--num-envs", "2", "--num-steps", "32",
             "--num-minibatches", "2", "--total-timesteps", "256", "--save-model"],  # 4 updates; it has no --compile
+    "rnn-continuous": ["ppo_rnn_continuous_action.py", "--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64",
+                       "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "512",
+                       "--save-model"],  # 4 updates; it has no --compile
+    "seeds": ["ppo_continuous_action_seeds.py", *CONT[1:], "--no-compile", "--seeds", "1", "2"],  # continuous-eager's, x2
     "resume": CONT + ["--no-compile", "--checkpoint-interval", "1"],  # stopped after update 1, resumed: see above
 }
+# fmt: on
 
 
 class BadInput(Exception):
@@ -52,7 +59,7 @@ class BadInput(Exception):
 
 
 class RunFailed(Exception):
-    """A run that exited non-zero, left not one run folder, or did not stop after update 1."""
+    """A run that exited non-zero, left no run folder, or did not stop after update 1."""
 
 
 def checkout(arg, side, tmp, worktrees):
@@ -80,19 +87,20 @@ def start(python, checkout, argv, cwd):
 
 
 def finish(proc, cwd):
-    """Waits for the run; its run folder runs/<run>/, or RunFailed with the last line it wrote to stderr."""
+    """Waits for the run; its run folders runs/<run>/ by name (one, or one per seed in seed order: the names are
+    {env_id}__{exp_name}__{seed}__{time}), or RunFailed with the last line it wrote to stderr."""
     if proc.wait() != 0:
         with open(os.path.join(cwd, "stderr.txt")) as f:
             raise RunFailed(f"exited {proc.returncode}: {(f.read().strip().splitlines() or ['no output'])[-1]}")
-    folders = glob.glob(os.path.join(cwd, "runs", "*", ""))
-    if len(folders) != 1:
-        raise RunFailed(f"left {len(folders)} run folders in {cwd}/runs, not one")
-    return folders[0]
+    folders = sorted(glob.glob(os.path.join(cwd, "runs", "*", "")))
+    if not folders:
+        raise RunFailed(f"left no run folder in {cwd}/runs")
+    return folders
 
 
 def train(python, checkout, argv, cwd, resume=False):
-    """Trains in `cwd`; returns the run folder. With `resume`: SIGTERM once the first agent.pt appears, until a try
-    stops after update 1 (see above), then --resume to the end."""
+    """Trains in `cwd`; returns its run folders (finish). With `resume`: SIGTERM once the first agent.pt appears, until
+    a try stops after update 1 (see above), then --resume to the end."""
     if not resume:
         return finish(start(python, checkout, argv, cwd), cwd)
     for _ in range(STOP_TRIES):
@@ -101,7 +109,7 @@ def train(python, checkout, argv, cwd, resume=False):
         while proc.poll() is None and not glob.glob(os.path.join(cwd, "runs", "*", "agent.pt")):
             time.sleep(0.01)
         proc.send_signal(signal.SIGTERM)  # nothing to a run that has already ended (it finished: tried again)
-        path = os.path.join(finish(proc, cwd), "agent.pt")
+        path = os.path.join(finish(proc, cwd)[0], "agent.pt")
         if torch.load(path, map_location="cpu", weights_only=True)["iteration"] == 1:
             return finish(start(python, checkout, [argv[0], "--resume", os.path.relpath(path, cwd)], cwd), cwd)
     raise RunFailed(f"did not stop after update 1 in {STOP_TRIES} tries (the signal came too late each time)")
@@ -143,22 +151,31 @@ def model_difference(old_path, new_path):
 
 
 def compare_run(name, checkouts, python, tmp):
-    """Runs `name` with OLD and with NEW: (identical?, the line that says so, or the first difference, or who failed)."""
+    """Runs `name` with OLD and with NEW: (identical?, the line that says so, or the first difference, or who failed).
+    A run of several seeds is compared seed by seed: each side's run folders in name order (finish), which is seed order."""
     folders = {}
     for side, folder in checkouts.items():
         try:
             folders[side] = train(python, folder, RUNS[name], os.path.join(tmp, f"{name}-{side.lower()}"), name == "resume")
         except (RunFailed, OSError) as e:  # OSError: a --python that cannot be started
             return False, f"{side} failed: {e}"
-    old, new = read_scalars(folders["OLD"]), read_scalars(folders["NEW"])
-    models = [os.path.join(folders[side], "agent.pt") for side in ("OLD", "NEW")]
-    saved = [os.path.exists(path) for path in models]
-    difference = first_difference(old, new) or (saved[0] != saved[1] and f"only {['NEW', 'OLD'][saved[0]]} saved agent.pt")
-    difference = difference or (all(saved) and model_difference(*models))
-    if difference:
-        return False, f"differs: {difference}"
-    tags = old.keys() - IGNORED
-    return True, f"identical ({sum(len(old[tag]) for tag in tags)} values of {len(tags)} tags{', agent.pt' * all(saved)})"
+    count = len(folders["OLD"])
+    if len(folders["NEW"]) != count:
+        return False, f"differs: OLD left {count} run folders, NEW {len(folders['NEW'])}"
+    values, tags, all_saved = 0, set(), True
+    for i, pair in enumerate(zip(folders["OLD"], folders["NEW"]), 1):
+        old, new = map(read_scalars, pair)
+        models = [os.path.join(folder, "agent.pt") for folder in pair]
+        saved = [os.path.exists(path) for path in models]
+        difference = first_difference(old, new) or (saved[0] != saved[1] and f"only {['NEW', 'OLD'][saved[0]]} saved agent.pt")
+        difference = difference or (all(saved) and model_difference(*models))
+        if difference:
+            return False, "differs: " + (f"run folder {i} of {count}: " if count > 1 else "") + difference
+        values += sum(len(old[tag]) for tag in old.keys() - IGNORED)
+        tags |= old.keys() - IGNORED
+        all_saved &= all(saved)
+    folders_note = f"{count} run folders: " if count > 1 else ""
+    return True, f"identical ({folders_note}{values} values of {len(tags)} tags{', agent.pt' * all_saved})"
 
 
 def main(argv=None):

@@ -3,8 +3,10 @@ this checkout against itself."""
 
 import pytest
 import importlib.util
+import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 from conftest import ROOT
@@ -62,3 +64,30 @@ def test_a_revision_that_does_not_exist_is_one_line_and_exit_2():
     result = subprocess.run(tool, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: OLD no-such-revision is neither a folder nor a revision")
+
+
+def test_a_run_of_several_seeds_is_compared_seed_by_seed(tmp_path, monkeypatch):
+    """compare_run with the scripts stood in for by hand-made run folders, one a seed, alike in all but seed 2's second
+    loss on NEW: the difference is found in run folder 2 of 2. Alike, the line counts both folders' values (2 tags x 2
+    steps x 2 seeds = 8); a side with a folder fewer is a difference."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    losses = {"old": [0.25, 0.125], "new": [0.25, 0.375], "mended": [0.25, 0.125], "one seed": [0.25]}
+
+    def start(python, checkout, argv, cwd):  # the folders runs/{env_id}__{exp_name}__{seed}__{time} of seeds 1, 2
+        for seed, loss in zip((1, 2), losses[checkout]):
+            with SummaryWriter(os.path.join(cwd, "runs", f"Pendulum-v1__seeds__{seed}__{len(checkout)}")) as writer:
+                for step, value in ((256, 0.5), (512, loss)):
+                    writer.add_scalar("losses/value_loss", value, step)
+                    writer.add_scalar("charts/episodic_return", -1000.0 * seed, step)
+        return types.SimpleNamespace(wait=lambda: 0)
+
+    def compared(new):
+        tmp = tmp_path / new  # a fresh folder for each comparison's runs
+        return same_scalars.compare_run("seeds", {"OLD": "old", "NEW": new}, sys.executable, str(tmp))
+
+    monkeypatch.setattr(same_scalars, "start", start)
+    loss = "losses/value_loss: OLD step 512 value 0.125, NEW step 512 value 0.375"
+    assert compared("new") == (False, f"differs: run folder 2 of 2: {loss}")
+    assert compared("mended") == (True, "identical (2 run folders: 8 values of 2 tags)")
+    assert compared("one seed") == (False, "differs: OLD left 2 run folders, NEW 1")
