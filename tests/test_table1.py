@@ -1,5 +1,5 @@
 """benchmark/report.py's PPO paper Table 1 section (report_table1.py): normalized scores, the interval, the paper's
-claims, the figures, the README's copy of the table; and benchmark/random_scores.py, the random policy it scales by."""
+claims, the figures, docs/results.md's copy of the table; and benchmark/random_scores.py, the random policy it scales by."""
 
 import itertools
 import re
@@ -130,16 +130,18 @@ def test_table1_claims_are_checked_once_their_settings_are_complete():
     assert below[0].startswith("not supported") and below[0].endswith("on A).") and below[1] == [1, 2]  # 1 run of 2
 
 
-def test_the_readme_shows_table1_as_the_committed_report_has_it():
-    """The README's Table 1 rows and its count of runs are the committed report's, which rebuilds from the data: a
-    README left behind when runs land fails here."""
-    readme = (ROOT / "README.md").read_text()
+def test_the_results_page_shows_table1_as_the_committed_report_has_it():
+    """docs/results.md's Table 1 rows, and its and the README's count of runs, are the committed report's, which
+    rebuilds from the data: a page left behind when runs land fails here."""
+    page, readme = (ROOT / "docs/results.md").read_text(), (ROOT / "README.md").read_text()
     results = (ROOT / "benchmark/results/table1/README.md").read_text()
-    rows = [line for line in readme.splitlines() if line.split(" | ")[0][2:] in report_table1.PAPER_TABLE1]
+    rows = [line for line in page.splitlines() if line.split(" | ")[0][2:] in report_table1.PAPER_TABLE1]
     assert [row.split(" | ")[0][2:] for row in rows] == list(report_table1.PAPER_TABLE1)
     assert all(row in results.splitlines() for row in rows)
     runs = len(pd.read_csv(ROOT / "benchmark/results/table1/data/runs.csv"))
-    assert f"{runs} of 231 runs are in" in readme and f"{runs} of 231 runs are in" in results
+    assert all(f"{runs} of 231 runs are in" in text for text in (page, readme, results))
+    clip = next(row for row in rows if row.startswith("| clip-0.2 |")).split(" | ")[2]  # the README's headline figure
+    assert f"clipping at 0.2: {clip}" in readme
 
 
 @pytest.mark.slow
