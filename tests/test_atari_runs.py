@@ -1,5 +1,5 @@
-"""ppo_atari.py run as a user runs it: short runs on Breakout and Pong with each backend, uint8 rollout storage, video
-capture. Saving and evaluating a model: test_long_runs.py."""
+"""ppo_atari.py run as a user runs it: uint8 rollout storage, video capture, episode lengths in the agent's steps.
+Saving and evaluating a model: test_long_runs.py; the three backends' envs: test_atari_envs.py."""
 
 import glob
 
@@ -8,19 +8,6 @@ import torch
 from conftest import load_script, needs, read_scalars, run_script
 
 atari = load_script("ppo_atari")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sync", "async", pytest.param("envpool", marks=needs("envpool"))])
-@pytest.mark.parametrize("game", ["BreakoutNoFrameskip-v4", "PongNoFrameskip-v4"])
-def test_short_run(tmp_path, game, backend):
-    result = run_script(
-        "ppo_atari", "--env-id", game, "--vector-env", backend, "--num-envs", "4", "--total-timesteps", "1024", cwd=tmp_path
-    )
-    assert result.returncode == 0, result.stderr
-    (run_dir,) = glob.glob(str(tmp_path / "runs" / "*"))
-    assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [512, 1024]
-    assert all(0 <= clipfrac <= 1 for _, clipfrac in read_scalars(run_dir, "losses/clipfrac"))
 
 
 def test_uint8_rollout_storage(tmp_path, monkeypatch):
