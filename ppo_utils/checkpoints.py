@@ -20,7 +20,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import torch
 
-from .distributed import launched_processes, rank_seed
+from .distributed import launched_processes, process_rank, processes_per_machine, rank_seed
 from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import ArgError, check_args, is_folder_name, run_name_part
 
@@ -370,7 +370,7 @@ def restarted_job_checkpoint(args):
         except Exception:  # another run's file, cut or foreign: not this job's
             continue
         if isinstance(saved, dict) and saved.get("torchrun_job") == job:
-            if int(os.environ.get("RANK", 0)) == 0:
+            if process_rank() == 0:
                 restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
                 print(f"torchrun restarted the workers (restart {restart}): the run continues from {path}", flush=True)
             return path
@@ -478,7 +478,7 @@ class Checkpoints:
                 "kl_beta": last_update.kl_beta,
                 "wandb_id": wandb_id,
                 "world_size": self.world_size,  # X2: a resumed run must have as many processes
-                "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+                "local_world_size": processes_per_machine(),
                 "torchrun_job": os.environ.get("TORCHELASTIC_RUN_ID") if self.world_size > 1 else None,  # its restarts
             },
         )

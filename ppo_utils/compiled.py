@@ -7,6 +7,8 @@ import sys
 
 import torch
 
+from .distributed import process_rank
+
 
 class LossModule(torch.nn.Module):
     """loss_fn(agent, ...) as a module's forward: the form torch.func.functional_call differentiates."""
@@ -36,7 +38,7 @@ def compiled_backward(loss_fn, agent, device):
         return stats
 
     if device.type == "cpu" and shutil.which(os.environ.get("CXX", "g++")) is None:
-        if int(os.environ.get("RANK", 0)) == 0:  # X2: said once
+        if process_rank() == 0:  # X2: said once
             print("warning: --compile needs a C++ compiler (g++) on a CPU; running eagerly (slower)", file=sys.stderr)
         return plain
 
@@ -62,7 +64,7 @@ def compiled_backward(loss_fn, agent, device):
             if not is_build_failure(e):
                 raise
             compiled[0] = False
-            if int(os.environ.get("RANK", 0)) == 0:
+            if process_rank() == 0:
                 reason = (str(e).strip().splitlines() or [""])[0][:200]
                 print(f"warning: --compile could not build its graph here ({type(e).__name__}: {reason}); running "
                       "eagerly (slower, the same gradients)", file=sys.stderr)  # fmt: skip

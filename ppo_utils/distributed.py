@@ -18,6 +18,16 @@ def launched_processes():
     return int(os.environ.get("WORLD_SIZE", 1))
 
 
+def process_rank():
+    """X2: this process's rank among them (torchrun's RANK); 0 for a plain run, the one that speaks and writes."""
+    return int(os.environ.get("RANK", 0))
+
+
+def processes_per_machine():
+    """X2: how many of them torchrun started on this machine (its LOCAL_WORLD_SIZE); 1 for a plain run."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+
+
 def rank_seed(seed, rank):
     """X2: the seed of rank `rank`'s python, numpy and torch generators (its env i gets this + i). Rank 0 keeps --seed, so
     a single process is unchanged; rank r > 0 takes a number numpy's SeedSequence derives from (seed, r), so that
@@ -30,9 +40,9 @@ def distributed_setup(cuda):
     GPUs with rank r on GPU LOCAL_RANK of its node; a plain run is rank 0 of 1. Returns (rank, world_size, device).
     More processes on a node than it has GPUs (with --cuda) is an ArgError before the rendezvous: every rank of the node
     sees the same counts and raises it, so none is left waiting for the others."""
-    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    rank, world_size = process_rank(), launched_processes()
     use_cuda = torch.cuda.is_available() and cuda
-    local_rank, local_world_size = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    local_rank, local_world_size = int(os.environ.get("LOCAL_RANK", 0)), processes_per_machine()
     gpus = torch.cuda.device_count() if use_cuda else 0
     if use_cuda and max(local_world_size, local_rank + 1) > gpus:
         raise ArgError(

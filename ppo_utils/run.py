@@ -28,7 +28,7 @@ from torch.utils.tensorboard import SummaryWriter
 from . import checkpoints
 from .checkpoints import CheckpointError, Checkpoints, Update, check_restorable, checked_saved_flags, load_checkpoint
 from .checkpoints import new_run_folder, resume_command, script_as_started
-from .distributed import all_ranks_mean
+from .distributed import all_ranks_mean, launched_processes, process_rank, processes_per_machine
 from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import ArgError, check_flags, run_name_part
 
@@ -55,7 +55,7 @@ def main(args, train, make_envs, Agent):
         run_or_say_why(args, train, make_envs, Agent)
     finally:
         checkpoints.COMMAND_LINE.clear()  # a train() called later in this process (a test's) had no command line
-    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+    if launched_processes() > 1:
         # X2: the run is done and its process group closed, but torch's gloo backend sometimes aborts the interpreter's
         # teardown ("terminate called without an active exception"), which would fail the torchrun job: a worker whose
         # run has ended leaves without that teardown
@@ -73,7 +73,7 @@ def run_or_say_why(args, train, make_envs, Agent):
     except (ArgError, NonFiniteError, CheckpointError) as e:
         for run in [run for run in Run.active if run.log is None]:
             run.abandon()  # refused before it started (a checkpoint that fails its checks): its folder as it was
-        if int(os.environ.get("RANK", 0)) == 0:
+        if process_rank() == 0:
             print(f"error: {e}", file=sys.stderr)
         else:  # X2: every rank meets the same error; rank 0 says it, and torchrun stops the group once one rank exits
             time.sleep(3)
@@ -84,7 +84,7 @@ def run_or_say_why(args, train, make_envs, Agent):
         print(f"error: {write_failed(list(Run.active), e)}", file=sys.stderr)
         sys.exit(1)
     except RuntimeError as e:  # X2: a collective of the process group failed: another process of the job is gone
-        if int(os.environ.get("WORLD_SIZE", 1)) == 1 or not Run.active or not from_collective(e):
+        if launched_processes() == 1 or not Run.active or not from_collective(e):
             raise
         print(f"error: {process_lost(Run.active[0], e)}", file=sys.stderr, flush=True)
         os._exit(1)  # the process group cannot close: its peer is gone
@@ -183,7 +183,7 @@ def stop_on_signals():
     def on_signal(signum, frame):
         if os.getpid() != trainer:  # an env worker of an AsyncVectorEnv (forked with this handler): the trainer stops it
             return
-        rank0 = int(os.environ.get("RANK", 0)) == 0
+        rank0 = process_rank() == 0
         if signum == signal.SIGINT and first_time and time.monotonic() - first_time[0] > 1.0:
             if rank0:
                 os.write(2, b"\nsecond Ctrl-C: exiting without a checkpoint (the last one written stays as it was)\n")
@@ -394,8 +394,7 @@ class Run:
             raise CheckpointError(f"{e}; {hint}") from None
 
     def resume_command(self):
-        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))  # X2: processes on each machine
-        return resume_command(self.args.script, self.checkpoints.path, self.world_size, local_world_size)
+        return resume_command(self.args.script, self.checkpoints.path, self.world_size, processes_per_machine())
 
     def finish(self):
         """The checkpoint of the last finished update (with --save-model, a checkpoint interval, after a stop signal,
