@@ -306,24 +306,16 @@ def resume_command(script, path, world_size, local_world_size):
 
 def resume_flags(args, world_size=None):
     """--resume: (the checkpoint's flags, the checkpoint), or (args, None) without --resume. The run continues with
-    the flags it was started with: another flag given with --resume (typed on the command line, whatever its value, or
-    set to another value than its default), or another number of processes (X2: the schedules and the step budget count
-    updates of all processes), is refused with an ArgError, as are flags and counters in the checkpoint that no run of
-    this script could have written."""
+    the flags it was started with: another flag given with --resume (refuse_other_flags), or another number of
+    processes (X2: the schedules and the step budget count updates of all processes), is refused with an ArgError, as
+    are flags and counters in the checkpoint that no run of this script could have written."""
     restart = restarted_job_checkpoint(args)  # X2: torchrun restarted the job's workers: its run goes on
     if not args.resume and not restart:
         return args, None
     world_size = world_size or launched_processes()
     checkpoint = load_checkpoint(args.resume or restart, "--resume", args)
-    default = type(args)()
-    typed = typed_flags(args)
-    changed = [
-        f.name
-        for f in fields(args)
-        if f.name != "resume" and (f.name in typed or getattr(args, f.name) != getattr(default, f.name))
-    ]
-    if changed and not restart:  # a restarted job's flags are those it was launched with, which its checkpoint holds
-        raise ArgError(f"--resume continues the run with its own flags; drop {flag_names(changed)}")
+    if not restart:  # a restarted job's flags are those it was launched with, which its checkpoint holds
+        refuse_other_flags(args)
     args = replace(args, resume=args.resume or restart)
     saved = checkpoint.get("world_size", 1), checkpoint.get("local_world_size", 1)
     if saved[0] != world_size:
@@ -343,6 +335,19 @@ def resume_flags(args, world_size=None):
             f"nothing is left to train; play it with --eval-checkpoint {args.resume}"
         )
     return args, checkpoint
+
+
+def refuse_other_flags(args, typed=()):
+    """ArgError naming the flags given with --resume, which continues a run with its own: those set to another value
+    than their default, and those in `typed` (main(): typed on the command line, whatever their values)."""
+    default = type(args)()
+    others = [
+        f.name
+        for f in fields(args)
+        if f.name != "resume" and (f.name in typed or getattr(args, f.name) != getattr(default, f.name))
+    ]
+    if others:
+        raise ArgError(f"--resume continues the run with its own flags; drop {flag_names(others)}")
 
 
 def checked_saved_flags(args, flag, path, world_size=None):
@@ -375,21 +380,6 @@ def restarted_job_checkpoint(args):
                 print(f"torchrun restarted the workers (restart {restart}): the run continues from {path}", flush=True)
             return path
     return None
-
-
-COMMAND_LINE = []  # the words after the script's name, where main() runs it from a command line (not a test or notebook)
-
-
-def typed_flags(args):
-    """The names of args' fields whose flags COMMAND_LINE names (--total-timesteps 2048, --no-save-model, --seed=2)."""
-    names = {field.name.replace("_", "-"): field.name for field in fields(args)}
-    names |= {f"no-{flag}": name for flag, name in names.items()}
-    typed = set()
-    for word in COMMAND_LINE:
-        flag = word[2:].split("=")[0].replace("_", "-")
-        if word.startswith("--") and flag in names:
-            typed.add(names[flag])
-    return typed
 
 
 class Update(NamedTuple):

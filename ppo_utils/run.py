@@ -16,7 +16,7 @@ import time
 import traceback
 import warnings
 from collections import deque
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from glob import escape as glob_escape
 from glob import glob
 
@@ -25,9 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
-from . import checkpoints
 from .checkpoints import CheckpointError, Checkpoints, Update, check_restorable, checked_saved_flags, load_checkpoint
-from .checkpoints import new_run_folder, resume_command, script_as_started
+from .checkpoints import new_run_folder, refuse_other_flags, resume_command, script_as_started
 from .distributed import all_ranks_mean, launched_processes, process_rank, processes_per_machine
 from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import ArgError, check_flags, run_name_part
@@ -49,12 +48,8 @@ def main(args, train, make_envs, Agent):
     """A script's `__main__`: trains, or with --eval-checkpoint evaluates a saved agent. While training, SIGINT and
     SIGTERM ask train() to stop with a checkpoint (stop_on_signals); while evaluating they stop it at once. A bad
     command line or a NaN ends with one line on stderr (printed by rank 0 alone under torchrun) instead of a traceback."""
-    checkpoints.COMMAND_LINE[:] = sys.argv[1:]  # the flags typed with --resume are refused whatever their values
     Run.active.clear()  # runs an earlier train() in this process left open when it raised (a test's) are not this one's
-    try:
-        run_or_say_why(args, train, make_envs, Agent)
-    finally:
-        checkpoints.COMMAND_LINE.clear()  # a train() called later in this process (a test's) had no command line
+    run_or_say_why(args, train, make_envs, Agent, sys.argv[1:])
     if launched_processes() > 1:
         # X2: the run is done and its process group closed, but torch's gloo backend sometimes aborts the interpreter's
         # teardown ("terminate called without an active exception"), which would fail the torchrun job: a worker whose
@@ -64,11 +59,21 @@ def main(args, train, make_envs, Agent):
         os._exit(0)
 
 
-def run_or_say_why(args, train, make_envs, Agent):
-    """main()'s training or evaluation, its errors turned into one line on stderr and an exit code."""
+def typed_flags(args, words):
+    """The names of args' fields whose flags the command line `words` names (--total-timesteps 2048, --no-save-model,
+    --seed=2, --num_envs 1: tyro's spellings)."""
+    typed = {word[2:].split("=")[0].replace("_", "-") for word in words if word.startswith("--")}
+    return [f.name for f in fields(args) if {f.name.replace("_", "-"), "no-" + f.name.replace("_", "-")} & typed]
+
+
+def run_or_say_why(args, train, make_envs, Agent, command_line):
+    """main()'s training or evaluation, its errors turned into one line on stderr and an exit code. command_line: the
+    words after the script's name, whose flags --resume refuses whatever their values."""
     try:
         if args.eval_checkpoint:  # Ctrl-C stops it at once, also where a shell started it in the background (SIG_IGN)
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        elif args.resume:
+            refuse_other_flags(args, typed_flags(args, command_line))
         evaluate(args, make_envs, Agent) if args.eval_checkpoint else train(args, stop_on_signals())
     except (ArgError, NonFiniteError, CheckpointError) as e:
         for run in [run for run in Run.active if run.log is None]:
@@ -309,8 +314,8 @@ class Run:
         self.checkpoints = Checkpoints(args, self.folder, rank, world_size)
         Run.active.append(self)
         trained = args.num_iterations * args.batch_size * world_size
-        chosen = "total_timesteps" in checkpoints.typed_flags(args) or args.total_timesteps != type(args)().total_timesteps
-        if rank == 0 and trained != args.total_timesteps and not resumed_from and chosen:  # not for a default the user left
+        chosen = args.total_timesteps != type(args)().total_timesteps  # a note for the user's budget, not for the default
+        if rank == 0 and trained != args.total_timesteps and not resumed_from and chosen:
             print(
                 f"note: --total-timesteps {args.total_timesteps} is not a whole number of updates of "
                 f"{args.batch_size * world_size} steps: the run trains {trained} ({args.num_iterations} updates)",
