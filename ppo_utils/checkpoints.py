@@ -74,6 +74,11 @@ CHECKPOINT_KEYS = {
     "wandb_id",
 }  # and "world_size", "local_world_size", "torchrun_job" (X2), which older checkpoints lack (read as 1, 1, None)
 
+# The layout of a checkpoint, saved as its "format" (one without it is of format 1: written before the number was). Another
+# format is refused, not migrated: the one earlier layout (Adam's state in another parameter order, before the layers were
+# built in CleanRL's order) came before --fused-adam, so its checkpoints are refused already, as lacking that flag.
+CHECKPOINT_FORMAT = 1
+
 
 def new_run_folder(name):
     """Creates runs/<name> for a new run, exclusively: where a run of the same name exists (two runs started in the same
@@ -152,6 +157,11 @@ def load_checkpoint(path, flag, args):
         raise ArgError(f"{flag} {path} is not a readable checkpoint ({type(e).__name__}); use another one") from None
     if not isinstance(checkpoint, dict) or not CHECKPOINT_KEYS <= checkpoint.keys():
         raise ArgError(f"{flag} {path} was not written by {args.script}")
+    if checkpoint.get("format", 1) != CHECKPOINT_FORMAT:
+        raise ArgError(
+            f"{flag} {path} was written by another version of this project (checkpoint format {checkpoint['format']!r}, "
+            f"where this one reads format {CHECKPOINT_FORMAT}); load it with the version that wrote it"
+        )
     if checkpoint["script"] != args.script:
         raise ArgError(f"{flag} {path} was written by {checkpoint['script']}; load it with that script")
     if not isinstance(checkpoint["args"], dict) or not all(isinstance(key, str) for key in checkpoint["args"]):
@@ -266,7 +276,6 @@ def check_optimizer_state(checkpoint, flag, path, agent, optimizer):
     """check_restorable's part for the optimizer: loads the saved state into a copy of the run's optimizer."""
     saved, parameters = checkpoint["optimizer"], list(agent.parameters())
     try:
-        saved = optimizer_in_current_order(saved, checkpoint["model"], agent)
         scratch = type(optimizer)([torch.zeros_like(p) for p in parameters], **optimizer.defaults)
         scratch.load_state_dict(saved)
     except Exception:
@@ -397,7 +406,7 @@ def restore(checkpoint, agent, optimizer, envs, rank, args):
     Returns the Update the checkpoint ended."""
     check_restorable(checkpoint, "--resume", args.resume, agent, optimizer, env_statistics(envs))
     agent.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(optimizer_in_current_order(checkpoint["optimizer"], checkpoint["model"], agent))
+    optimizer.load_state_dict(checkpoint["optimizer"])
     set_env_statistics(envs, checkpoint["env_stats"])
     set_rng_state(checkpoint["rng"])
     if rank > 0:  # python, numpy and torch, as train() seeds them
@@ -406,26 +415,6 @@ def restore(checkpoint, agent, optimizer, envs, rank, args):
         np.random.seed(seed)
         torch.manual_seed(seed)
     return Update(checkpoint["iteration"], checkpoint["global_step"], checkpoint["kl_beta"])
-
-
-def optimizer_in_current_order(saved, model, agent):
-    """The saved optimizer state `saved` with its entries in the order of agent.parameters(), which it lists by
-    position. Checkpoints of earlier versions hold the parameters in another order (the heads were built after both
-    bodies, before the scripts took CleanRL's order); the saved model's state_dict keeps the order in which they were
-    registered then (a tensor shared by two names, as with a shared trunk, under its first name), which says where each
-    entry belongs."""
-    current = [name for name, _ in agent.named_parameters()]
-    saved_order, seen = [], set()
-    for name, tensor in model.items():
-        where = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
-        if where not in seen:
-            seen.add(where)
-            saved_order.append(name)
-    if saved_order == current or sorted(saved_order) != sorted(current) or len(saved["param_groups"]) != 1:
-        return saved
-    position = {name: i for i, name in enumerate(current)}
-    state = {position[saved_order[i]]: entry for i, entry in saved["state"].items()}
-    return {"state": state, "param_groups": saved["param_groups"]}
 
 
 class Checkpoints:
@@ -467,6 +456,7 @@ class Checkpoints:
                 "global_step": last_update.global_step,
                 "kl_beta": last_update.kl_beta,
                 "wandb_id": wandb_id,
+                "format": CHECKPOINT_FORMAT,
                 "world_size": self.world_size,  # X2: a resumed run must have as many processes
                 "local_world_size": processes_per_machine(),
                 "torchrun_job": os.environ.get("TORCHELASTIC_RUN_ID") if self.world_size > 1 else None,  # its restarts

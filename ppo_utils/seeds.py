@@ -8,8 +8,7 @@ from dataclasses import fields, replace
 
 import torch
 
-from .checkpoints import Update, check_restorable, numpy_state_loaded, numpy_state_saved, optimizer_in_current_order
-from .checkpoints import resume_flags
+from .checkpoints import Update, check_restorable, numpy_state_loaded, numpy_state_saved, resume_flags
 from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import ArgError
 from .run import NonFiniteError
@@ -92,7 +91,7 @@ def restore_agents(paths, checkpoints, agents, optimizers, envs, shufflers, gene
         check_restorable(checkpoint, "--resume", path, agent, optimizer, own_stats)
     for checkpoint, agent, optimizer, shuffler, generator in zip(checkpoints, agents, optimizers, shufflers, generators):
         agent.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(optimizer_in_current_order(checkpoint["optimizer"], checkpoint["model"], agent))
+        optimizer.load_state_dict(checkpoint["optimizer"])
         shuffler.set_state(numpy_state_loaded(checkpoint["rng"]["numpy"]))
         if generator.device.type == "cpu":
             generator.set_state(checkpoint["rng"]["torch"])

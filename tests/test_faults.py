@@ -378,6 +378,7 @@ def edited(checkpoint):
         "step of another update": lambda c: c.update(global_step=640),
         "flag missing": lambda c: c["args"].pop("gae_lambda"),
         "bad exp name": lambda c: c["args"].update(exp_name="../../pwned"),
+        "a later format": lambda c: c.update(format=2),
     }
     return edits[checkpoint]
 
@@ -396,6 +397,7 @@ DAMAGED = [
     ("step of another update", "holds step 640 after update 1"),
     ("flag missing", "was written by another version of ppo_continuous_action.py, without --gae-lambda"),
     ("bad exp name", "holds flags this script refuses: --exp-name '../../pwned': pass one folder name"),
+    ("a later format", "was written by another version of this project (checkpoint format 2, where this one reads format 1)"),
 ]  # fmt: skip
 EVAL_UNCHECKED = {"step of another update", "num_envs 0", "no optimizer", "empty optimizer state"}
 
@@ -426,11 +428,17 @@ def test_a_changed_checkpoint_is_one_line_and_leaves_its_run_folder_as_it_was(
     assert lines[0].startswith(f"error: {flag} {folder / 'agent.pt'}") and left_on_disk(tmp_path) == before
 
 
-def test_the_unchanged_checkpoint_of_that_table_resumes(saved_run, tmp_path, monkeypatch):
-    """The control of the table above: its checkpoint, unedited, resumes and finishes the run."""
+@pytest.mark.parametrize("unnumbered", [False, True], ids=["as written", "without its format"])
+def test_the_unchanged_checkpoint_of_that_table_resumes(saved_run, tmp_path, monkeypatch, unnumbered):
+    """The control of the table above: its checkpoint, unedited, resumes and finishes the run; so does one without its
+    format, as checkpoints were written before the format was numbered."""
     monkeypatch.chdir(tmp_path)
     path = shutil.copytree(os.path.dirname(saved_run), tmp_path / "runs" / "copy") / "agent.pt"  # the others read it
-    assert torch.load(path, weights_only=True)["iteration"] == 1
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["iteration"] == 1 and checkpoint["format"] == 1
+    if unnumbered:
+        del checkpoint["format"]
+        torch.save(checkpoint, path)
     result = cont.train(cont.Args(resume=str(path)))
     assert torch.load(path, weights_only=True)["iteration"] == 2 and result["run_name"] == "copy"
 
