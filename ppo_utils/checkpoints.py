@@ -9,7 +9,6 @@ import random
 import re
 import shlex
 import sys
-import types
 import typing
 import warnings
 from dataclasses import asdict, fields, replace
@@ -181,7 +180,8 @@ def load_checkpoint(path, flag, args):
     hints = typing.get_type_hints(type(args))
     for name, value in checkpoint["args"].items():
         if not fits(value, hints[name]):
-            raise damaged(flag, path, f"--{name.replace('_', '-')} {value!r}, which is not {type_name(hints[name])}")
+            kind = str(hints[name]).replace("typing.", "") if typing.get_args(hints[name]) else hints[name].__name__
+            raise damaged(flag, path, f"--{name.replace('_', '-')} {value!r}, which is not {kind}")
     counters = {"iteration": int, "global_step": int, "kl_beta": float, "world_size": int, "local_world_size": int}
     for name, kind in counters.items():
         value = checkpoint.get(name, 1)
@@ -211,25 +211,13 @@ def flag_names(names):
 
 
 def fits(value, hint):
-    """Whether `value` is of the type `hint` (a flag's annotation: bool, int, float, str, X | None, Literal, tuple)."""
-    origin, members = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(fits(value, member) for member in members)
-    if origin is Literal:
-        return any(value == member and type(value) is type(member) for member in members)
-    if origin is tuple:
-        return isinstance(value, tuple) and all(fits(v, members[0]) for v in value)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint in (bool, int, str, type(None)):
-        return type(value) is hint
-    return True
-
-
-def type_name(hint):
+    """Whether `value` is of the type `hint`, a flag's annotation (a type, X | None, a Literal of strings): isinstance's
+    answer, but that an int will do for a float (PEP 484's reading of an annotation) and a bool will not for an int."""
     if typing.get_origin(hint) is Literal:
-        return "one of " + ", ".join(map(str, typing.get_args(hint)))
-    return " or ".join(getattr(member, "__name__", str(member)) for member in (typing.get_args(hint) or [hint]))
+        return value in typing.get_args(hint)
+    kinds = typing.get_args(hint) or (hint,)  # X | None: X or None
+    kinds += (int,) if float in kinds else ()
+    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
 
 
 def check_restorable(checkpoint, flag, path, agent, optimizer, env_stats, same_count=True):

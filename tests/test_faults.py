@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from types import SimpleNamespace
+from typing import Literal
 
 from ppo_utils import checkpoints
 import pytest
@@ -378,6 +379,8 @@ def edited(checkpoint):
         "step of another update": lambda c: c.update(global_step=640),
         "flag missing": lambda c: c["args"].pop("gae_lambda"),
         "bad exp name": lambda c: c["args"].update(exp_name="../../pwned"),
+        "num_envs a bool": lambda c: c["args"].update(num_envs=True),
+        "vector_env not one of its choices": lambda c: c["args"].update(vector_env="threads"),
         "a later format": lambda c: c.update(format=2),
     }
     return edits[checkpoint]
@@ -397,9 +400,26 @@ DAMAGED = [
     ("step of another update", "holds step 640 after update 1"),
     ("flag missing", "was written by another version of ppo_continuous_action.py, without --gae-lambda"),
     ("bad exp name", "holds flags this script refuses: --exp-name '../../pwned': pass one folder name"),
+    ("num_envs a bool", "holds --num-envs True, which is not int"),
+    ("vector_env not one of its choices", "holds --vector-env 'threads', which is not Literal['sync', 'async']"),
     ("a later format", "was written by another version of this project (checkpoint format 2, where this one reads format 1)"),
 ]  # fmt: skip
 EVAL_UNCHECKED = {"step of another update", "num_envs 0", "no optimizer", "empty optimizer state"}
+
+
+ANNOTATED = [  # (a value in a checkpoint's flags, a flag's annotation, whether a run of that flag could have saved it)
+    (3, int, True), (True, int, False), ("3", int, False), (3.0, int, False),
+    (0.5, float, True), (1, float, True), (True, float, False),
+    (True, bool, True), (1, bool, False),
+    (None, int | None, True), (2, int | None, True), (None, int, False), (1, float | None, True),
+    ("sync", Literal["sync", "async"], True), ("threads", Literal["sync", "async"], False), (1, Literal["sync"], False),
+]  # fmt: skip
+
+
+def test_a_checkpoints_flags_are_checked_against_their_annotations():
+    """By hand, for each kind of annotation the scripts' flags have: an int will do for a float (Python code may pass
+    one: Args(learning_rate=1)), a bool not for an int, None only where the flag is optional."""
+    assert [checkpoints.fits(value, hint) for value, hint, _ in ANNOTATED] == [fine for _, _, fine in ANNOTATED]
 
 
 @pytest.mark.slow
@@ -456,7 +476,6 @@ def test_a_flag_typed_with_resume_is_refused_whatever_its_value(saved_run, tmp_p
         with pytest.raises(SystemExit):
             ppo_run.main(cont.Args(resume=saved_run), cont.train, cont.make_envs, cont.Agent)  # every flag its default
         assert capsys.readouterr().err == f"error: --resume continues the run with its own flags; drop {flag}\n"
-
 
 
 @pytest.mark.slow
