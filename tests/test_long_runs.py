@@ -14,7 +14,7 @@ import pytest
 from ppo_utils import checkpoints
 from ppo_utils import run as ppo_run
 import torch
-from conftest import ROOT, SCRIPTS, continuous, load_script, make_agent, read_scalars, run_script
+from conftest import ROOT, SCRIPTS, continuous, load_script, read_scalars, run_script
 from long_run_helpers import SAVE_THEN_EVALUATE, stop_mid_rollout_then_resume
 from ppo_utils.env_statistics import env_statistics
 from ppo_utils.flag_checks import check_args
@@ -355,47 +355,6 @@ def test_norm_per_env_statistics_are_saved_restored_and_evaluated(tmp_path, monk
     assert evaluation.returncode == 0 and "over 1 episodes" in evaluation.stdout, evaluation.stderr
     with pytest.raises(checkpoints.ArgError, match="--norm-per-env .* torchrun"):
         check_args(cont.Args(norm_per_env=True), world_size=2)
-
-
-# the order in which earlier versions registered the parameters: both bodies, then the critic's head before the actor's
-EARLIER_ORDER = {
-    "ppo_continuous_action": ["actor_logstd", "critic_body", "actor_body", "critic", "actor_mean"],
-    "ppo_atari": ["critic_body", "actor_body", "critic", "actor"],
-    "ppo_rnn": ["critic_body", "critic_rnn", "actor_body", "actor_rnn", "critic", "actor"],
-    "ppo_rnn_continuous_action": ["actor_logstd", "critic_body", "critic_rnn", "actor_body", "actor_rnn", "critic",
-                                  "actor_mean"],
-}
-
-
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_resume_puts_an_earlier_checkpoints_adam_state_on_the_right_parameters(name, tmp_path):
-    """A checkpoint of a version that built its layers in another order lists Adam's state in that order; restoring it
-    gives each parameter its own moments, as the optimizer that wrote it held them."""
-    module = load_script(name)
-    agent = make_agent(module)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
-    for p in agent.parameters():
-        p.grad = torch.randn_like(p)
-    optimizer.step()
-    rank = {part: i for i, part in enumerate(EARLIER_ORDER[name])}
-    model = agent.state_dict()
-    earlier_model = dict(sorted(model.items(), key=lambda item: rank[item[0].split(".")[0]]))  # stable: layers in order
-    names = [param for param, _ in agent.named_parameters()]
-    earlier_names = sorted(names, key=lambda param: rank[param.split(".")[0]])
-    saved = optimizer.state_dict()
-    earlier_state = {earlier_names.index(names[i]): entry for i, entry in saved["state"].items()}
-    earlier = {"state": earlier_state, "param_groups": saved["param_groups"]}
-    assert earlier_names != names  # the case is one of another order
-    torch.save({"model": earlier_model, "optimizer": earlier}, tmp_path / "agent.pt")
-    loaded = torch.load(tmp_path / "agent.pt", weights_only=True)  # as a checkpoint is read (shared trunks stay shared)
-
-    fresh = make_agent(module)
-    fresh.load_state_dict(loaded["model"])
-    fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=1e-3)
-    fresh_optimizer.load_state_dict(checkpoints.optimizer_in_current_order(loaded["optimizer"], loaded["model"], fresh))
-    for (param, p), q in zip(agent.named_parameters(), fresh.parameters(), strict=True):
-        for key in ("exp_avg", "exp_avg_sq"):
-            assert torch.equal(optimizer.state[p][key], fresh_optimizer.state[q][key]), (param, key)
 
 
 def test_a_run_of_one_step_minibatches_per_env_evaluates(tmp_path, monkeypatch):
