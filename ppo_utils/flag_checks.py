@@ -65,7 +65,7 @@ ENV_KINDS = {
         "ppo_continuous_action.py or ppo_rnn_continuous_action.py",
     ),
     "atari": EnvKind("an Atari game", "BreakoutNoFrameskip-v4", "ppo_atari.py or ppo_rnn.py"),
-    "discrete-vector": EnvKind("an env with vector observations and discrete actions", "CartPole-v1", "ppo_rnn.py"),
+    "discrete-vector": EnvKind("an env with vector observations and discrete actions", "CartPole-v1", "ppo.py or ppo_rnn.py"),
 }
 
 

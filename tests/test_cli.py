@@ -73,7 +73,7 @@ BAD_INPUTS = [
      "error: --env-id nosuchmodule:X-v0: cannot import nosuchmodule (ModuleNotFoundError"),
     ("ppo_continuous_action", ["--env-id", "myenvs:Other-v0"],
      "error: --env-id myenvs:Other-v0: myenvs registers no env Other-v0"),
-    ("ppo_continuous_action", ["--env-id", "myenvs:MyCartPole-v0"], "Discrete action space; use ppo_rnn.py"),
+    ("ppo_continuous_action", ["--env-id", "myenvs:MyCartPole-v0"], "Discrete action space; use ppo.py or ppo_rnn.py"),
     ("ppo_atari", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_atari", ["--env-id", "CartPole-v1"], "not an Atari game"),
     ("ppo_atari", ["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),
@@ -131,7 +131,7 @@ OUT_OF_RANGE = [
     ("ppo_rnn", ["--max-grad-norm", "-0.5"], "--max-grad-norm -0.5"),
     ("ppo_rnn_continuous_action", ["--num-envs", "6", "--num-minibatches", "4"], "--num-envs 6 (minibatches are made"),
     ("ppo_rnn_continuous_action", ["--rnn-hidden-size", "0"], "--rnn-hidden-size 0"),
-    ("ppo_rnn_continuous_action", ["--env-id", "CartPole-v1"], "Discrete action space; use ppo_rnn.py"),
+    ("ppo_rnn_continuous_action", ["--env-id", "CartPole-v1"], "Discrete action space; use ppo.py or ppo_rnn.py"),
     ("ppo_rnn_continuous_action", ["--env-id", "Pendulum-v1", "--mask-velocity", "--clip-obs", "-1"], "--clip-obs -1"),
 ]
 BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
