@@ -83,3 +83,65 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
 
     def close(self, **kwargs):
         self.envs.close()
+
+
+class EnvpoolTasks(gym.vector.VectorEnv):
+    """G10's envpool backend for ppo_masked.py: one of envpool's tasks with dict observations and an action mask (its
+    Jumanji tasks: Knapsack-v1, TSP-v1, JobShop-v0, ...) behind the interface of a gymnasium vector env with SAME_STEP
+    autoreset. envpool resets an env on the step after its episode ends, returning first that episode's last
+    observation (whose mask may allow nothing) and ignoring the action it is given; here a done env is reset at once by
+    a step of that env alone, so that every step the agent takes is a transition of a running episode, the last
+    observation is in infos["final_obs"] and the episode's return and length in infos["final_info"]["episode"], as
+    RecordEpisodeStatistics gives them. An int32 Box action space (a choice per component, from 0) is the MultiDiscrete
+    it means. reset(seed=s) seeds env i with s + i (envpool takes seeds when it is made, so a new seed makes the pool
+    again)."""
+
+    def __init__(self, task_id, num_envs, seed):
+        self.task_id, self.num_envs, self.seed = task_id, num_envs, seed
+        self.envs = self.make_pool(seed)
+        self.single_observation_space = self.envs.observation_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        space = self.envs.action_space
+        if isinstance(space, gym.spaces.Box):  # one choice per component, 0 .. high
+            space = gym.spaces.MultiDiscrete(space.high.astype(np.int64) + 1)
+        self.single_action_space = space
+        self.action_space = gym.vector.utils.batch_space(space, num_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.episode_returns = np.zeros(num_envs)
+        self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def make_pool(self, seed):
+        import envpool
+
+        return envpool.make_gymnasium(self.task_id, num_envs=self.num_envs, seed=seed % 2**31)  # a C++ int
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None and seed != self.seed:
+            self.envs.close()
+            self.envs, self.seed = self.make_pool(seed), seed
+        obs, _ = self.envs.reset()
+        self.episode_returns[:], self.episode_lengths[:] = 0, 0
+        return obs, {}
+
+    def step(self, actions):
+        actions = np.asarray(actions, dtype=np.int32)
+        obs, rewards, terminations, truncations, _ = self.envs.step(actions)
+        self.episode_returns += rewards
+        self.episode_lengths += 1
+        dones = terminations | truncations
+        infos = {}
+        if dones.any():
+            infos["final_obs"], infos["_final_obs"] = np.empty(self.num_envs, dtype=object), dones
+            infos["final_obs"][:] = [{key: value[i] for key, value in obs.items()} for i in range(self.num_envs)]
+            episode = {"r": self.episode_returns.copy(), "l": self.episode_lengths.copy()}
+            infos["final_info"] = {"episode": episode, "_episode": dones}
+            self.episode_returns[dones], self.episode_lengths[dones] = 0, 0
+            ids = np.flatnonzero(dones)
+            reset_obs, _, _, _, reset_info = self.envs.step(np.zeros((len(ids),) + actions.shape[1:], np.int32), ids)
+            obs = {key: value.copy() for key, value in obs.items()}
+            for key, value in reset_obs.items():
+                obs[key][reset_info["env_id"]] = value
+        return obs, rewards, terminations, truncations, infos
+
+    def close(self, **kwargs):
+        self.envs.close()

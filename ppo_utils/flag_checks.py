@@ -66,6 +66,10 @@ ENV_KINDS = {
     ),
     "atari": EnvKind("an Atari game", "BreakoutNoFrameskip-v4", "ppo_atari.py or ppo_rnn.py"),
     "discrete-vector": EnvKind("an env with vector observations and discrete actions", "CartPole-v1", "ppo.py or ppo_rnn.py"),
+    "masked": EnvKind(
+        "an env with discrete actions whose dict observations hold an action_mask (envpool's Jumanji tasks)", "Knapsack-v1",
+        "ppo_masked.py",
+    ),
 }
 
 
@@ -121,6 +125,10 @@ def env_kind(env_id):
         return "continuous", "Box"
     if isinstance(action_space, gym.spaces.Discrete) and vector:
         return "discrete-vector", "Discrete"
+    masked = isinstance(observation_space, gym.spaces.Dict) and "action_mask" in observation_space.spaces
+    if isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and masked:
+        check_flat(env_id, observation_space)
+        return "masked", type(action_space).__name__
     observations = type(observation_space).__name__ + str(getattr(observation_space, "shape", None) or "")
     raise ArgError(
         f"--env-id {env_id} has {observations} observations and a {type(action_space).__name__} action space, which "
@@ -187,7 +195,7 @@ def check_args(args, world_size=None) -> None:
         raise ArgError(f"--total-timesteps {args.total_timesteps} is less than {batch}; raise it")
     args.check(world_size, kind)
     check_batch(args)
-    if getattr(args, "vector_env", None) == "envpool":
+    if getattr(args, "vector_env", None) == "envpool" and "atari" in args.env_kinds:
         check_envpool(args, kind)
     if kind != "atari" and args.capture_video:
         check_rendering(args.env_id, kind)
@@ -233,6 +241,13 @@ def check_env_id(env_id, env_kinds):
     """The kind (a key of ENV_KINDS) of `env_id`; ArgError unless it is registered and one of `env_kinds`, the kinds the
     script trains on (an Atari game as its NoFrameskip id)."""
     accepted = " or ".join(ENV_KINDS[kind].description for kind in env_kinds)
+    if envpool_task(env_id):
+        if "masked" not in env_kinds:
+            raise ArgError(f"--env-id {env_id} is envpool's task with an action mask; use {ENV_KINDS['masked'].script}")
+        import envpool
+
+        check_flat(env_id, envpool.make_spec(env_id).observation_space)
+        return "masked"
     try:
         spec = find_spec(env_id)
     except gym.error.Error:
@@ -249,6 +264,32 @@ def check_env_id(env_id, env_kinds):
             f"--env-id {env_id} skips frames itself; use the NoFrameskip-v4 id of the game so that A4 does the skipping"
         )
     return kind
+
+
+def envpool_task(env_id):
+    """Whether `env_id` is one of envpool's tasks whose dict observations hold an action mask (its Jumanji tasks), which
+    it makes itself (--vector-env envpool), not gymnasium; False where envpool is not installed."""
+    try:
+        import envpool
+
+        space = envpool.make_spec(env_id).observation_space
+    except Exception:  # not installed, or not one of envpool's ids (its registry raises its own errors)
+        return False
+    return isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces
+
+
+def check_flat(env_id, observation_space):
+    """ppo_masked.py's D3 flattens every entry of a dict observation but its action mask with gymnasium's flatten: an
+    entry it cannot flatten (a Text, Graph or Sequence space, of no fixed size) is ArgError, naming it."""
+    for key, space in observation_space.items():
+        try:
+            gym.spaces.flatdim(space)
+        except (NotImplementedError, ValueError) as e:
+            reason = (str(e).splitlines() or [""])[0]
+            raise ArgError(
+                f"--env-id {env_id}: its observation's {key!r} is a {type(space).__name__}, which cannot be flattened into "
+                f"the agent's input ({reason}); give the env a Box, MultiBinary, Discrete or Dict of them"
+            ) from None
 
 
 def check_video_writer():

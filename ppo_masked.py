@@ -1,0 +1,463 @@
+"""PPO with invalid-action masking: ppo.py plus D1 (invalid actions get probability 0 in sampling, log-probability and
+entropy), D2 (MultiDiscrete actions as independent categorical components, each with its own mask) and D3 (dict
+observations, every key but the mask flattened), for tasks that say which actions are valid: envpool's Jumanji tasks
+(Knapsack-v1, TSP-v1, JobShop-v0, ...) or a gymnasium env whose dict observations hold an "action_mask". Every general
+(G1-G11), auxiliary (X1, X3) and truncation (B1) detail is a flag, as in ppo.py. What is not PPO is in the package
+ppo_utils/ beside it (the run's life cycle, checkpoints, flag checks, --compile, envpool's backend of G10).
+
+    python ppo_masked.py --env-id Knapsack-v1 --total-timesteps 500000
+"""
+
+import os
+import random
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from gymnasium.vector import AutoresetMode
+from torch.distributions.categorical import Categorical
+
+from ppo_utils.checkpoints import Update, restore, resume_flags
+from ppo_utils.compiled import compiled_backward
+from ppo_utils.distributed import all_ranks_mean, average_gradients, broadcast_parameters
+from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
+from ppo_utils.envpool_backend import EnvpoolTasks
+from ppo_utils.flag_checks import ArgError, check_args, envpool_task
+from ppo_utils.run import Run, main
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]  # the experiment: runs/{env_id}__{exp_name}__{seed}__{time}
+    seed: int = 1  # seed of python, numpy, torch and the environments (env i gets seed + i), in 0 .. 2**32 - 1
+    torch_deterministic: bool = True  # sets `torch.backends.cudnn.deterministic`
+    cuda: bool = True  # use CUDA when a GPU is present (the CPU otherwise)
+    torch_threads: int = 1  # torch's CPU threads; 0: one per core (1 suits these small MLPs best)
+    compile: bool = True  # each minibatch's loss and gradients as one torch.compile'd graph (docs/flags.md)
+    tf32: bool = False  # on a GPU, matmuls and convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
+    fused_adam: bool = True  # Adam's fused kernel (the same steps up to float rounding); off: PyTorch's default Adam
+    track: bool = False  # log to Weights and Biases too (config, code, scalars, videos); WANDB_MODE=offline works
+    wandb_project_name: str = "ppo-details"  # the wandb project
+    wandb_entity: str | None = None  # the wandb entity (team); None: your default entity
+    capture_video: bool = False  # record videos of env 0 in runs/{run_name}/videos (not with --vector-env envpool)
+    save_model: bool = True  # save the agent and all it needs to train on to runs/{run_name}/agent.pt at the end
+    checkpoint_interval: int | None = None  # updates between checkpoints; None: 100 with --save-model, else none; 0: none
+    resume: str | None = None  # continue the run saved in this agent.pt (its flags, schedules, statistics, RNG states)
+    eval_checkpoint: str | None = None  # play this agent.pt instead of training and report its mean episodic return
+    eval_episodes: int = 10  # how many episodes --eval-checkpoint plays
+
+    env_id: str = "Knapsack-v1"  # an envpool task or a gymnasium env with discrete actions and an action mask
+    total_timesteps: int = 500_000  # environment steps of the whole run, summed over the parallel envs
+    num_envs: int = 4  # (G10) number of parallel environments
+    num_steps: int = 128  # (G10) steps per environment in each rollout (the paper's horizon T)
+    vector_env: Literal["sync", "async", "envpool"] = "envpool"  # (G10) envpool's (C++), or gymnasium's sync or async
+
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) the objective of the paper's Table 1
+    clip_coef: float = 0.2  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
+    kl_beta: float = 1.0  # (G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)
+    kl_dtarg: float = 0.01  # (G1) the target KL d_targ of kl-adaptive
+    gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end
+    gamma: float = 0.99  # (G2) the discount factor gamma, in [0, 1]
+    gae_lambda: float = 0.95  # (G2) the GAE lambda, in [0, 1]
+    norm_adv: bool = True  # (G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed
+    clip_vloss: bool = True  # (G4) clip the value loss around the rollout's values; off: plain squared error
+    ent_coef: float = 0.01  # (G5) the coefficient of the entropy bonus in the loss; 0 turns it off
+    vf_coef: float = 0.5  # (G5) the coefficient of the value loss in the loss
+    anneal_lr: bool = True  # (G6) anneal the learning rate linearly to 0 over the run; off: constant
+    learning_rate: float = 2.5e-4  # (G6) the Adam learning rate (at the start of the run)
+    num_minibatches: int = 4  # (G7) minibatches per epoch; 1 = the full batch
+    update_epochs: int = 4  # (G7) epochs over each rollout
+    max_grad_norm: float = 0.5  # (G8) clip the global L2 norm of all gradients to this value; 0 turns it off
+    ortho_init: bool = True  # (G9) orthogonal init (gains sqrt(2) hidden, 0.01 policy, 1 value); off: PyTorch's default
+    adam_eps: float = 1e-5  # (G11) the epsilon of Adam (PyTorch's default is 1e-8)
+
+    anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 as the learning rate; off: constant
+    target_kl: float | None = None  # (X3) end the update once an epoch's last approximate KL exceeds this; None: off
+
+    bootstrap_truncated: bool = False  # (B1) bootstrap time-limit cuts: reward + gamma * V(final obs); off: as terminations
+
+    mask_actions: bool = True  # (D1) invalid actions get probability 0; off: every action, the task's rule for an invalid one
+
+    script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
+    env_kinds: ClassVar[tuple] = ("masked", "discrete-vector")  # the env ids check_args accepts
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
+    flag_rules: ClassVar[dict] = {}  # the ranges of its flags: ppo_utils.flag_checks.FLAG_RULES
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_iterations(self) -> int:
+        """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
+        return self.total_timesteps // (self.batch_size * launched_processes())
+
+    def check(self, world_size: int, kind: str):
+        """How this script's flags fit together (ppo_utils.flag_checks.check_args checks what every script's must)."""
+        if self.mask_actions and kind != "masked":
+            raise ArgError(f"--env-id {self.env_id} gives no action mask; add --no-mask-actions, or use ppo.py")
+        if (self.vector_env == "envpool") != envpool_task(self.env_id):
+            fix = "--vector-env envpool" if envpool_task(self.env_id) else "--vector-env sync (envpool makes its own tasks only)"
+            raise ArgError(f"--env-id {self.env_id} with --vector-env {self.vector_env}: add {fix}")
+        if self.vector_env == "envpool" and self.capture_video:
+            raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
+
+
+def make_env(args: Args, idx: int, video_folder: str | None):
+    def thunk():
+        if args.capture_video and idx == 0:
+            env = gym.make(args.env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_folder)
+        else:
+            env = gym.make(args.env_id)
+        return gym.wrappers.RecordEpisodeStatistics(env)
+
+    return thunk
+
+
+def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
+    """The parallel envs (G10), each wrapped by make_env, or envpool's."""
+    if args.vector_env == "envpool":
+        return EnvpoolTasks(args.env_id, num_envs=args.num_envs, seed=args.seed)
+    thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
+    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
+    # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
+    # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
+    return vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
+    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
+    if ortho:
+        torch.nn.init.orthogonal_(layer.weight, std)
+        torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def observed_space(envs):
+    """D3: the space of what the agent observes: a dict observation's keys but the action mask (in the space's order)."""
+    space = envs.single_observation_space
+    if not isinstance(space, gym.spaces.Dict):
+        return space
+    return gym.spaces.Dict({key: sub for key, sub in space.items() if key != "action_mask"})
+
+
+def observe(envs, obs, nvec, mask_actions):
+    """A batch of observations as the agent takes them: D3, each env's through gymnasium's flatten (Box and MultiBinary
+    entries as numbers, Discrete ones one-hot, a dict's keys one after another); D1, the action mask as a row of booleans
+    per env, sum(nvec) of them (each component's choices, D2), all True with --no-mask-actions."""
+    space, num_envs = observed_space(envs), len(obs["action_mask"] if isinstance(obs, dict) else obs)
+    parts = gym.vector.utils.iterate(gym.vector.utils.batch_space(space, num_envs), obs)
+    flat = np.stack([gym.spaces.flatten(space, part) for part in parts]).astype(np.float32)
+    if not mask_actions:
+        return flat, np.ones((num_envs, sum(nvec)), dtype=bool)
+    mask = obs["action_mask"].reshape(num_envs, -1)
+    if mask.shape[1] != sum(nvec):  # one joint mask over the components (Tetris' rotation x column): as D2 samples them
+        joint, axes = mask.reshape(num_envs, *nvec), range(1, len(nvec) + 1)  # independently, each keeps the choices that
+        mask = np.concatenate([joint.any(axis=tuple(a for a in axes if a != k)) for k in axes], axis=1)  # some joint one has
+    return flat, mask
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, args: Args):
+        super().__init__()
+        obs_dim = gym.spaces.flatdim(observed_space(envs))  # D3
+        space = envs.single_action_space  # D2: Discrete(n) is one component of n choices
+        self.nvec = [int(space.n)] if isinstance(space, gym.spaces.Discrete) else [int(n) for n in space.nvec]
+        ortho = args.ortho_init
+
+        def body():  # two hidden layers of 64 tanh units
+            return nn.Sequential(
+                layer_init(nn.Linear(obs_dim, 64), ortho=ortho),
+                nn.Tanh(),
+                layer_init(nn.Linear(64, 64), ortho=ortho),
+                nn.Tanh(),
+            )
+
+        # built in CleanRL's order (the critic whole, then the actor), so that a seed draws the same initial weights
+        self.critic_body = body()
+        self.critic = layer_init(nn.Linear(64, 1), std=1.0, ortho=ortho)
+        self.actor_body = body()
+        self.actor = layer_init(nn.Linear(64, sum(self.nvec)), std=0.01, ortho=ortho)
+
+    def get_value(self, x):
+        return self.critic(self.critic_body(x))
+
+    def get_action_and_value(self, x, mask, action=None):
+        logits = self.actor(self.actor_body(x))
+        logits = torch.where(mask, logits, -1e8)  # D1: exp(-1e8) is 0 in float32; a mask of no valid action: uniform
+        probs = [Categorical(logits=part, validate_args=False) for part in logits.split(self.nvec, dim=1)]  # D2
+        if action is None:
+            action = torch.stack([p.sample() for p in probs], dim=1)
+        logprob = sum(p.log_prob(a) for p, a in zip(probs, action.unbind(1)))  # D2: the components' sum
+        entropy = sum(p.entropy() for p in probs)
+        return action, logprob, entropy, self.critic(self.critic_body(x))
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
+    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
+    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
+    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values."""
+    num_steps = rewards.shape[0]
+    if gae:
+        advantages = torch.zeros_like(rewards)
+        lastgaelam = 0
+        for t in reversed(range(num_steps)):
+            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+            nextvalues = next_value if t == num_steps - 1 else values[t + 1]
+            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        returns = advantages + values
+    else:
+        returns = torch.zeros_like(rewards)
+        next_return = next_value
+        for t in reversed(range(num_steps)):
+            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+            returns[t] = next_return = rewards[t] + gamma * nextnonterminal * next_return
+        advantages = returns - values
+    return advantages, returns
+
+
+def normalize_advantages(advantages):
+    """G3, applied to each minibatch. torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's numpy std
+    divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+
+def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`. The KL penalty uses the
+    estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased, with the exact KL's
+    gradient in expectation."""
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    pg_loss = -advantages * ratio
+    if surrogate == "clip":
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+    if surrogate == "unclipped":
+        return pg_loss.mean()
+    return pg_loss.mean() + kl_beta * ((ratio - 1) - logratio).mean()
+
+
+def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
+    """G4: half the squared error, with clip_vloss the larger of the plain and the clipped-around-oldvalue errors."""
+    v_loss = (newvalue - returns) ** 2
+    if clip_vloss:
+        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+        v_loss = torch.max(v_loss, (v_clipped - returns) ** 2)
+    return 0.5 * v_loss.mean()
+
+
+def adapt_kl_beta(kl_beta, kl, kl_dtarg):
+    """G1 kl-adaptive: the paper's rule, applied once per update with the KL measured after it."""
+    if kl < kl_dtarg / 1.5:
+        return kl_beta / 2
+    if kl > kl_dtarg * 1.5:
+        return kl_beta * 2
+    return kl_beta
+
+
+def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
+    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged statistics;
+    KL estimates and clip fraction carry no gradient."""
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["masks"], mb["actions"])
+    logratio = newlogprob - mb["logprobs"]
+    with torch.no_grad():
+        ratio = logratio.exp()
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
+    v_loss = value_loss(newvalue.view(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
+
+
+def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
+    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
+    --compile (the default) swaps in ppo_utils.compiled.compiled_backward(ppo_loss): the same, as one compiled graph."""
+    loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
+    loss.backward()
+    return mb_stats
+
+
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
+    or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each the mean over all minibatches of
+    all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
+    b_inds = np.arange(args.batch_size)
+    all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
+    for epoch in range(args.update_epochs):
+        np.random.shuffle(b_inds)
+        for start in range(0, args.batch_size, args.minibatch_size):
+            mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=batch["obs"].device)
+            mb = {key: value[mb_inds] for key, value in batch.items()}
+            optimizer.zero_grad()
+            # the loss and its gradients: ppo_backward's loss.backward(), or with --compile (the feed-forward scripts'
+            # default) ppo_utils/compiled.py's one graph of ppo_loss and its torch.func.grad: the same gradients, faster
+            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # ppo_loss's statistics
+            all_mb_stats.append(torch.stack(list(mb_stats.values())))
+            average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
+            if args.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
+            optimizer.step()
+
+        approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
+            break
+    return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
+
+
+def batch_kl(agent, batch):
+    """The estimate of KL[pi_old, pi] over the whole batch, measured after an update (for kl-adaptive)."""
+    with torch.no_grad():
+        _, newlogprob, _, _ = agent.get_action_and_value(batch["obs"], batch["masks"], batch["actions"])
+        logratio = newlogprob - batch["logprobs"]
+        return ((logratio.exp() - 1) - logratio).mean()
+
+
+def truncation_bootstrap(agent, infos, terminations, truncations, gamma, envs):
+    """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others."""
+    device = next(agent.parameters()).device
+    cut = truncations & ~terminations
+    bonus = np.zeros(len(cut), dtype=np.float32)
+    if cut.any():
+        space, final_obs = envs.single_observation_space, list(infos["final_obs"][cut])
+        final_obs = gym.vector.utils.concatenate(space, final_obs, gym.vector.utils.create_empty_array(space, len(final_obs)))
+        final_obs = torch.as_tensor(observe(envs, final_obs, agent.nvec, False)[0], device=device)  # D3
+        with torch.inference_mode():
+            bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()  # device sync
+    return bonus
+
+
+def train(args: Args, stop_signals=()):
+    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks).
+    Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
+    current env step, saves a checkpoint, closes everything and returns."""
+    args, checkpoint = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
+    check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
+    rank, world_size, device = distributed_setup(args.cuda)  # X2: torchrun's process group; rank r on GPU r of its node
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder, logs
+    seed = rank_seed(args.seed, rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+
+    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
+    agent = Agent(envs, args).to(device)
+    fused = args.fused_adam or None  # None: PyTorch's default Adam
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
+    backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
+    last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
+    if checkpoint:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
+        last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
+    broadcast_parameters(agent, world_size)  # X2: every rank starts from rank 0's parameters
+    run.start(agent, optimizer, envs, last_update)
+    global_step, kl_beta = last_update.global_step, last_update.kl_beta
+
+    # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one). The rewards and
+    # episode ends stay on the host until the rollout ends: a step copies the observations in and the action out
+    obs = torch.zeros((args.num_steps, args.num_envs, gym.spaces.flatdim(observed_space(envs))), device=device)  # D3
+    masks = torch.zeros((args.num_steps, args.num_envs, sum(agent.nvec)), dtype=torch.bool, device=device)  # D1
+    actions = torch.zeros((args.num_steps, args.num_envs, len(agent.nvec)), dtype=torch.long, device=device)  # D2
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs))
+    dones = torch.zeros((args.num_steps, args.num_envs))
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+
+    next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
+    next_obs, next_mask = observe(envs, next_obs, agent.nvec, args.mask_actions)  # D1, D3
+    next_obs, next_mask = torch.as_tensor(next_obs, device=device), torch.as_tensor(next_mask, device=device)
+    next_done = torch.zeros(args.num_envs)
+
+    for iteration in range(last_update.iteration + 1, args.num_iterations + 1):
+        frac = 1.0 - (iteration - 1.0) / args.num_iterations
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
+        clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
+
+        for step in range(args.num_steps):
+            global_step += args.num_envs * world_size  # X2: the steps of all ranks
+            obs[step] = next_obs
+            masks[step] = next_mask  # D1: the update scores each action under the mask it was sampled with
+            dones[step] = next_done
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(next_obs, next_mask)
+            values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+
+            action = action.cpu().numpy().reshape(envs.action_space.shape)  # D2: one column per component; device sync
+            next_obs, reward, terminations, truncations, infos = envs.step(action)
+            if args.bootstrap_truncated:
+                reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma, envs)  # B1
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
+            next_obs, next_mask = observe(envs, next_obs, agent.nvec, args.mask_actions)  # D1, D3
+            next_obs, next_mask = torch.as_tensor(next_obs, device=device), torch.as_tensor(next_mask, device=device)
+            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
+            run.log.record_episodes(infos, global_step)
+            if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
+                break
+        if run.stopping:
+            break  # the unfinished rollout is dropped; the checkpoint is the last finished update's
+
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            advantages, returns = compute_gae(  # the rollout's rewards and episode ends go to the device once
+                rewards.to(device), values, dones.to(device), next_value, next_done.to(device),
+                args.gamma, args.gae_lambda, args.gae,
+            )  # fmt: skip
+
+        batch = {
+            "obs": obs.reshape(args.batch_size, -1),
+            "masks": masks.reshape(args.batch_size, -1),
+            "actions": actions.reshape(args.batch_size, -1),
+            "logprobs": logprobs.reshape(-1),
+            "advantages": advantages.reshape(-1),
+            "returns": returns.reshape(-1),
+            "values": values.reshape(-1),
+        }
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, backward)
+        run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
+        if args.surrogate == "kl-adaptive":
+            kl_beta = adapt_kl_beta(
+                kl_beta, all_ranks_mean(batch_kl(agent, batch), world_size).item(), args.kl_dtarg
+            )  # G1
+
+        y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef}
+        if args.surrogate in ("kl-fixed", "kl-adaptive"):
+            scalars["charts/kl_beta"] = kl_beta
+        if args.target_kl is not None:
+            scalars["charts/update_epochs"] = stats["epochs"]  # X3: the epochs run before the KL stopped the update
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}  # device sync
+        scalars["losses/explained_variance"] = explained_var
+        run.log.write(global_step, scalars)  # with the episodes that ended and the SPS
+        run.finish_update(iteration, global_step, kl_beta)  # a checkpoint every --checkpoint-interval updates
+
+    run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
+    rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
+    rollout["masks"] = masks
+    returns, sps = run.log.episodic_returns, run.log.sps
+    return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
+
+
+if __name__ == "__main__":
+    # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
+    main(tyro.cli(Args), train, make_envs, Agent)
