@@ -32,7 +32,7 @@ COPY requirements.txt .
 RUN python3 -m venv /home/ppo/.venv && /home/ppo/.venv/bin/pip install -r requirements.txt
 ENV PATH=/home/ppo/.venv/bin:$PATH
 
-COPY ppo_continuous_action.py ppo_continuous_action_seeds.py ppo_atari.py ppo_rnn.py ppo_rnn_continuous_action.py ./
+COPY ppo.py ppo_masked.py ppo_continuous_action.py ppo_continuous_action_seeds.py ppo_atari.py ppo_rnn.py ppo_rnn_continuous_action.py ./
 COPY ppo_utils/ ppo_utils/
 COPY benchmark/ benchmark/
 
