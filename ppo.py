@@ -252,8 +252,8 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
-    or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each the mean over all minibatches of
-    all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
+    or its twin compiled by --compile (the feed-forward scripts). Returns ppo_loss's statistics by name, each the mean
+    over all minibatches of all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
     b_inds = np.arange(args.batch_size)
     all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):
@@ -295,6 +295,16 @@ def truncation_bootstrap(agent, infos, terminations, truncations, gamma):
         with torch.inference_mode():
             bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()  # device sync
     return bonus
+
+
+def act(agent, envs, args: Args, next_obs, next_done, state=None):
+    """--eval-checkpoint's step (ppo_utils.run.evaluate calls it): the action train() samples for the observations an env
+    step returned, as envs.step takes it, and the recurrent state after it in a script that has one."""
+    device = next(agent.parameters()).device
+    next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+    with torch.inference_mode():
+        action, _, _, _ = agent.get_action_and_value(next_obs)
+    return action.cpu().numpy(), state
 
 
 def train(args: Args, stop_signals=()):

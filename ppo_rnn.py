@@ -408,8 +408,8 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
-    (this script has no --compile). Returns ppo_loss's statistics by name, each the mean over all minibatches of
-    all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
+    or its twin compiled by --compile (the feed-forward scripts). Returns ppo_loss's statistics by name, each the mean
+    over all minibatches of all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
     all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):
         for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
@@ -450,6 +450,17 @@ def truncation_bootstrap(agent, state, infos, terminations, truncations, gamma):
             no_reset = torch.zeros(int(cut.sum()), device=device)  # B3: it continues the episode, from `state`
             bonus[cut] = gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()  # device sync
     return bonus
+
+
+def act(agent, envs, args: Args, next_obs, next_done, state=None):
+    """--eval-checkpoint's step (ppo_utils.run.evaluate calls it): the action train() samples for the observations an env
+    step returned, as envs.step takes it, and the recurrent state after it in a script that has one."""
+    device = next(agent.parameters()).device
+    state = agent.initial_state(len(next_obs), device) if state is None else state  # B3: zero at the start
+    next_obs = torch.as_tensor(next_obs, device=device)
+    with torch.inference_mode():
+        action, _, _, _, state = agent.get_action_and_value(next_obs, state, next_done.to(device))
+    return action.cpu().numpy(), state
 
 
 def train(args: Args, stop_signals=()):
