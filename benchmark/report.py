@@ -28,9 +28,11 @@ Markdown tables), report_figures.py (the learning curves) and report_table1.py (
 """
 
 import argparse
+import os
 import shlex
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from report_data import merge_data, read_csv, read_data, read_runs_folder, summarize, taken_runs, write_data
@@ -49,6 +51,36 @@ from report_tables import (
     statistics_table,
     variant_order,
 )
+
+# What the report writes in data/ (write_data's files, and the commands and --compare pairs kept for rebuilds)
+DATA_FILES = ["episodes.csv.gz", "runs.csv", "stats.csv.gz", "commands.txt", "compare.txt"]
+
+
+def check_output(output: Path):
+    """Exits in one line, before anything is read or written, where the report could not write its files in output, or
+    would write through a link: a results folder from elsewhere (a clone, an archive) whose README.md, data/, a file in
+    data/ or a PNG is a link would otherwise have the file it points to, outside the folder, overwritten."""
+    data = output / "data"
+    written = [output / "README.md", data, *(data.iterdir() if data.is_dir() and not data.is_symlink() else [])]
+    for path in written + sorted(output.glob("*.png")):
+        if path.is_symlink():
+            raise SystemExit(
+                f"error: {path} is a link (to {os.readlink(path)}): the report writes its files in place, never through "
+                f"a link; remove the link (rm {path}) or pass another --output"
+            )
+    # a folder that takes no new file (read-only, another user's, a read-only file system): output, or the nearest folder
+    # above it, since the report makes those missing, and data/; tried by making a file, which sees what permission bits
+    # do not (root, a read-only mount)
+    nearest = next(path for path in [output, *output.absolute().parents] if path.is_dir())
+    for folder in [nearest] + ([data] if data.is_dir() else []):
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as error:
+            raise SystemExit(f"error: cannot write in {folder} ({error.strerror}); pass --output a folder you can write to")
+    for path in [output / "README.md", *(data / name for name in DATA_FILES)]:
+        if path.exists() and not os.access(path, os.W_OK):  # a file of the report made read-only
+            raise SystemExit(f"error: cannot write {path} (Permission denied); make it writable or pass another --output")
 
 
 def main(argv=None):
@@ -79,6 +111,7 @@ def main(argv=None):
     output = Path(options.output or root)
     if output.exists() and not output.is_dir():
         raise SystemExit(f"error: --output {output} is a file; pass a folder (README.md, the PNGs and data/ go into it)")
+    check_output(output)
     data = output / "data"
     left_out = []  # runs of this folder that the data leave out, and why
     new, kept = read_runs_folder(root, left_out), read_data(data)

@@ -6,6 +6,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import shlex
 import sys
 import zlib
@@ -70,11 +71,23 @@ def budget_of(command):
     return int(values[-1]) if values and values[-1].isdigit() else None
 
 
+def link_outside(root: Path, folder: Path, files):
+    """The first link on the way from root to folder or to one of the files (in it) that leads outside root, or None."""
+    inside = root.resolve()
+    for path in [folder, *files]:
+        if not path.resolve().is_relative_to(inside):
+            parts = path.relative_to(root).parts  # the first step outside is the link: the one before it is inside
+            steps = (root.joinpath(*parts[: k + 1]) for k in range(len(parts)))
+            return next(step for step in steps if not step.resolve().is_relative_to(inside))
+    return None
+
+
 def read_runs_folder(root: Path, left_out=None):
     """(episodes, runs, stats) tables of the finished runs (those with done.json) of a folder written by benchmark/run.py:
     the episodes and the updates' statistics from its TensorBoard logs; per run the last logged SPS and, from done.json,
-    the wall time, the commit, the machine and the peer. A run not finished, or whose logs end an iteration or more
-    short of the --total-timesteps of its command, is left out, named on stderr and, with why, in `left_out` (a list)."""
+    the wall time, the commit, the machine and the peer. A run not finished, whose logs end an iteration or more short
+    of the --total-timesteps of its command, or that is a link to a run outside root (or has its logs there), is left
+    out, named on stderr and, with why, in `left_out` (a list)."""
     episodes, runs, stats = [], [], []
 
     def skip(folder, why, fix=""):  # stderr names the folder; the README the run
@@ -83,6 +96,10 @@ def read_runs_folder(root: Path, left_out=None):
             left_out.append(f"{folder.parts[-3]} {folder.parts[-2]} seed {folder.name[len('seed') :]}: {why}")
 
     for folder in sorted(root.glob("*/*/seed*")):
+        link = link_outside(root, folder, [folder / "done.json", *folder.glob("runs/*/events.out.tfevents*")])
+        if link is not None:  # a run kept elsewhere is not this folder's, whatever its name says
+            skip(folder, f"it links outside {root} ({link} to {os.readlink(link)})", "; copy the run in place of the link")
+            continue
         try:
             done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
         except json.JSONDecodeError:  # cut by a kill while it was written
@@ -123,7 +140,8 @@ def read_csv(path: Path, fix: str):
     """pd.read_csv of a data file, refused in one line (SystemExit: the file, the line, `fix`) where it is cut or
     damaged: compressed data that end early, a file that does not end with a newline (write_data ends each with one, so
     the last line was cut, however it parses), a row whose fields are not its header's, or a value missing from a FILLED
-    column or not of its column's type. A file cut exactly at the end of a line is a shorter file: no check sees it."""
+    column or not of its column's type, or an env id with a slash (it names a PNG). A file cut exactly at the end of a line
+    is a shorter file: no check sees it."""
 
     def refuse(what):
         raise SystemExit(f"error: {path}: {what}; {fix}")
@@ -154,6 +172,12 @@ def read_csv(path: Path, fix: str):
             kind = "an integer" if column in INTEGERS else "a number"
             shown = "empty" if pd.isna(values.iloc[row]) else f"'{values.iloc[row]}', not {kind}"
             refuse(f"line {lines[row]} is malformed ({column} {shown})")
+    # an env id names its figure, <env id>.png beside the README: with a slash the figure would go into another folder,
+    # outside the results folder where the id is "../..."
+    slashed = np.flatnonzero(table["env_id"].astype(str).str.contains("/", regex=False)) if "env_id" in table else []
+    if len(slashed):
+        row, name = int(slashed[0]), table["env_id"].iloc[slashed[0]]
+        refuse(f"line {lines[row]} is malformed (env_id '{name}' holds a slash, and it names a file of the report)")
     return table
 
 

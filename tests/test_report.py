@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -353,6 +354,135 @@ def test_report_output_that_is_a_file_is_one_line(tmp_path):
     assert result.returncode == 1 and len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith(f"error: --output {tmp_path / 'out.md'} is a file")
     assert (tmp_path / "out.md").read_text() == "mine"
+
+
+def tree(folder):
+    """Every file under folder (links not followed) and its bytes, or where a link points: what a report may not change."""
+    return {
+        str(path.relative_to(folder)): os.readlink(path) if path.is_symlink() else path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_symlink() or path.is_file()
+    }
+
+
+LINKS = [  # (the link in the results folder, what it points to outside: a file, a folder, or nothing yet)
+    ("README.md", "file"),
+    ("README.md", "nothing"),  # a dangling link: writing through it would make the file outside
+    ("data", "folder"),
+    ("data/commands.txt", "file"),
+    ("A.png", "file"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,target", LINKS, ids=["readme", "readme-dangling", "data", "data-file", "png"])
+def test_report_does_not_write_through_a_link_in_its_output(tmp_path, name, target):
+    """A results folder from elsewhere (a clone, an archive) may hold links: the report refuses them in one line before
+    it reads or writes anything, and neither the folder outside nor the results folder changes."""
+    logged_run(tmp_path / "runs" / "A" / "default" / "seed1", [1] * 4)
+    outside, results = tmp_path / "outside", tmp_path / "results"
+    outside.mkdir()
+    (results / "data").mkdir(parents=True)
+    pointed = outside / Path(name).name
+    if target == "file":
+        pointed.write_text("mine\n")
+    elif target == "folder":
+        pointed.mkdir()
+        (pointed / "notes.md").write_text("mine\n")
+        (results / "data").rmdir()
+    link = results / name
+    link.symlink_to(pointed)
+    before, before_results = tree(outside), tree(results)
+    result = report_cli(tmp_path / "runs", "--output", results)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        (
+            f"error: {link} is a link (to {pointed}): the report writes its files in place, never through a link; "
+            f"remove the link (rm {link}) or pass another --output"
+        )
+    ]
+    assert tree(outside) == before and tree(results) == before_results
+
+
+@pytest.mark.slow
+def test_report_leaves_out_a_run_folder_that_links_outside_the_runs_folder(tmp_path):
+    """seed3 a link to a run outside the runs folder, and seed2's event files a link to another run's outside: neither is
+    read (the report names both, on stderr and in the README, as it does runs left out); seed1, in place, is."""
+    runs = tmp_path / "runs" / "A" / "default"
+    logged_run(runs / "seed1", [1] * 4)
+    logged_run(tmp_path / "elsewhere" / "seed3", [100] * 4)
+    logged_run(tmp_path / "elsewhere" / "seed2", [50] * 4)
+    (runs / "seed3").symlink_to(tmp_path / "elsewhere" / "seed3")
+    (runs / "seed2").mkdir()
+    shutil.copy(tmp_path / "elsewhere" / "seed2" / "done.json", runs / "seed2")
+    (runs / "seed2" / "runs").symlink_to(tmp_path / "elsewhere" / "seed2" / "runs")
+    result = report_cli(tmp_path / "runs", "--output", tmp_path / "results")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        (
+            f"skipped {runs / 'seed2'}: it links outside {tmp_path / 'runs'} ({runs / 'seed2' / 'runs'} to "
+            f"{tmp_path / 'elsewhere' / 'seed2' / 'runs'}); copy the run in place of the link"
+        ),
+        (
+            f"skipped {runs / 'seed3'}: it links outside {tmp_path / 'runs'} ({runs / 'seed3'} to "
+            f"{tmp_path / 'elsewhere' / 'seed3'}); copy the run in place of the link"
+        ),
+    ]
+    left_out = (tmp_path / "results" / "README.md").read_text().split("## Left out\n\n")[1].split("\n## ")[0]
+    assert [line.split(":")[0] for line in left_out.splitlines() if line.startswith("- ")] == [
+        "- A default seed 2",
+        "- A default seed 3",
+    ]
+    assert list(pd.read_csv(tmp_path / "results" / "data" / "runs.csv")["seed"]) == [1]
+
+
+@pytest.mark.slow
+def test_report_refuses_an_env_id_that_would_name_a_file_outside_in_one_line(tmp_path):
+    """An env id names its PNG (<env id>.png): one with a slash, in a results folder's data from elsewhere, would have the
+    report write outside the folder. It is refused as the damaged data it is."""
+    results = results_data(tmp_path / "results")
+    path = results / "data" / "episodes.csv.gz"
+    episodes = pd.read_csv(path)
+    episodes["env_id"] = "../escaped"
+    episodes.to_csv(path, index=False, compression={"method": "gzip", "mtime": 0})
+    result = report_cli(results)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        (
+            f"error: {path}: line 2 is malformed (env_id '../escaped' holds a slash, and it names a file of the report); "
+            "restore it (git checkout), or set the data folder aside and rebuild it from the run folders: python "
+            f"benchmark/report.py <runs folder> --output {results}"
+        )
+    ]
+    assert sorted(os.listdir(tmp_path)) == ["results"] and not (results / "README.md").exists()
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder no write gets into: chmod 555 where the tests run as a user; as root (which chmod does not stop) a
+    tmpfs mounted read-only, skipped where mounting is not allowed."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"as root a read-only folder needs mount -t tmpfs (not allowed here: {mounted.stderr!r})")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inside", ["", "report"], ids=["the-folder", "a-new-folder-in-it"])
+def test_report_output_it_cannot_write_is_one_line(tmp_path, read_only_folder, inside):
+    results = results_data(tmp_path / "results")
+    output = read_only_folder / inside
+    result = report_cli(results, "--output", output)
+    why = "Permission denied" if os.geteuid() != 0 else "Read-only file system"
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        f"error: cannot write in {read_only_folder} ({why}); pass --output a folder you can write to"
+    ]
 
 
 def test_learning_curve_is_each_seeds_trailing_mean_on_the_grid():
