@@ -1,0 +1,101 @@
+"""benchmark/masking.py, the masking benchmark's tool: its counts of masked choices, its random policies, its VecEnv
+for MaskablePPO (the same observations and masks as ppo_masked.py's, episodes recorded), and, on a tiny budget,
+MaskablePPO's run and the masked agent played without its mask."""
+
+import json
+
+import masking  # benchmark/masking.py (pyproject.toml puts benchmark/ on pytest's path)
+import numpy as np
+import pytest
+import torch
+from conftest import needs
+
+import ppo_masked
+from ppo_utils.envpool_backend import EnvpoolTasks
+
+
+def test_action_shares_and_invalid_on_a_hand_mask():
+    nvec = [3, 2]
+    mask = np.array([[1, 0, 0, 1, 1], [1, 1, 1, 0, 1]], dtype=bool)
+    masked, joint = masking.action_shares(mask, nvec)
+    assert np.allclose(masked, [2 / 5, 1 / 5])
+    assert np.allclose(joint, [1 - (1 / 3) * 1, 1 - 1 * (1 / 2)])  # a uniform action's chance to be invalid
+    actions = np.array([[0, 1], [2, 0]])
+    assert invalid_list(actions, mask, nvec) == [False, True]  # env 1's second component picks its masked choice 0
+    assert invalid_list(np.array([[1, 0], [0, 1]]), mask, nvec) == [True, False]
+
+
+def invalid_list(actions, mask, nvec):
+    return masking.invalid(actions, mask, nvec).tolist()
+
+
+def test_random_valid_picks_only_valid_choices_uniformly():
+    rng, nvec = np.random.default_rng(0), [4, 3]
+    mask = np.array([[0, 1, 0, 1, 1, 1, 1]], dtype=bool)
+    choose = masking.random_choice("valid", rng)
+    picks = np.concatenate([choose(None, mask, nvec) for _ in range(4000)])
+    assert set(picks[:, 0]) == {1, 3} and set(picks[:, 1]) == {0, 1, 2}
+    assert abs(np.mean(picks[:, 0] == 1) - 0.5) < 0.03 and abs(np.mean(picks[:, 1] == 2) - 1 / 3) < 0.03
+    picks = np.concatenate([masking.random_choice("all", rng)(None, mask, nvec) for _ in range(4000)])
+    assert set(picks[:, 0]) == {0, 1, 2, 3}
+
+
+@needs("envpool")
+@pytest.mark.parametrize("env_id", ["TSP-v1", "JobShop-v0"])
+def test_play_random_valid_never_ends_on_an_invalid_action(env_id):
+    rows = masking.play(env_id, 1, 3, masking.random_choice("valid", np.random.default_rng(1)))
+    assert len(rows) == 3 and not any(row["ended_invalid"] for row in rows)
+    rows = masking.play(env_id, 1, 3, masking.random_choice("all", np.random.default_rng(1)))
+    assert all(0 <= row["masked_share"] <= 1 and 0 <= row["joint_invalid"] <= 1 for row in rows)
+
+
+@needs("envpool", "sb3_contrib")
+def test_vec_env_gives_ours_observations_masks_and_episodes():
+    from sb3_contrib.common.maskable.utils import get_action_masks, is_masking_supported
+
+    env = masking.masked_vec_env("JobShop-v0", 2, 5)
+    ours = EnvpoolTasks("JobShop-v0", num_envs=2, seed=5)
+    nvec = masking.nvec_of(ours.single_action_space)
+    obs, (expected, expected_mask) = env.reset(), ppo_masked.observe(ours, ours.reset(seed=5)[0], nvec, True)
+    assert is_masking_supported(env) and np.array_equal(obs, expected)
+    assert get_action_masks(env).shape == (2, sum(nvec)) and np.array_equal(get_action_masks(env), expected_mask)
+    rng, episodes = np.random.default_rng(0), []
+    for _ in range(40):
+        actions = masking.random_choice("valid", rng)(obs, get_action_masks(env), nvec)
+        env.step_async(actions)
+        obs, rewards, dones, infos = env.step_wait()
+        expected = ours.step(actions)
+        assert np.array_equal(obs, ppo_masked.observe(ours, expected[0], nvec, True)[0])
+        assert np.array_equal(rewards, expected[1])
+        for i in np.flatnonzero(dones):
+            assert infos[i]["episode"]["r"] == expected[4]["final_info"]["episode"]["r"][i]
+            assert infos[i]["terminal_observation"].shape == obs.shape[1:]
+            episodes.append(infos[i]["episode"])
+    assert episodes and all(episode["r"] < 0 for episode in episodes)  # JobShop: -1 per step
+    env.close()
+    ours.close()
+
+
+@pytest.mark.slow
+@needs("envpool", "sb3_contrib")
+def test_maskable_ppo_run_and_the_masked_agent_without_its_mask(tmp_path, monkeypatch):
+    from report_data import read_run
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "maskable"
+    masking.train_maskable("TSP-v1", 1, 1024, folder=str(folder / "runs"))
+    episodes, stats, sps, last_step, iteration = read_run(folder)
+    assert last_step == 1024 and iteration == 512 and len(episodes) > 0 and sps > 0
+    assert episodes["episodic_return"].lt(0).all() and episodes["episodic_length"].le(20).all()  # TSP: 20 cities
+    assert {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"} <= set(stats)
+
+    run = tmp_path / "runs" / "TSP-v1" / "default" / "seed1"  # benchmark/run.py's layout
+    run.mkdir(parents=True)
+    monkeypatch.chdir(run)
+    args = ppo_masked.Args(env_id="TSP-v1", total_timesteps=1024, compile=False, cuda=False)
+    ppo_masked.train(args)
+    (run / "done.json").write_text(json.dumps({"returncode": 0}))
+    rows = masking.unmasked_scores(tmp_path / "runs", "default", 3, 1000)
+    assert len(rows) == 6 and {row["mode"] for row in rows} == {"masked", "unmasked"}
+    assert not any(row["ended_invalid"] for row in rows if row["mode"] == "masked")
+    torch.set_num_threads(1)
