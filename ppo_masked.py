@@ -471,4 +471,4 @@ def train(args: Args, stop_signals=()):
 
 if __name__ == "__main__":
     # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
-    main(tyro.cli(Args), train, make_envs, Agent)
+    main(tyro.cli(Args), train, make_envs, Agent, act)

@@ -40,16 +40,23 @@ class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity: the message names the update and the last good checkpoint."""
 
 
+# the first line of each script's --help (tyro's description), whose flags' help speaks of ids and "the reference"
+HELP = (
+    "Ids in parentheses, such as (G1) or (M3), name PPO's implementation details, one flag each (docs/details.md): G "
+    "general, M MuJoCo, A Atari, D discrete actions, X auxiliary, B beyond the blog's 32; \"the reference\" is "
+    "openai/baselines' ppo2, where the details and the defaults come from."
+)
 AGREE_EVERY = 32  # X2: env steps between the ranks' agreements on whether a stop signal has come
 STOPPED = "stopped by a signal; continue with:"  # the line that ends a stopped run (benchmark/run.py looks for it)
 
 
-def main(args, train, make_envs, Agent):
-    """A script's `__main__`: trains, or with --eval-checkpoint evaluates a saved agent. While training, SIGINT and
+def main(args, train, make_envs, Agent, act):
+    """A script's `__main__`: trains, or with --eval-checkpoint evaluates a saved agent (make_envs, Agent and act: the
+    script's own, so that what it plays is what it trains). While training, SIGINT and
     SIGTERM ask train() to stop with a checkpoint (stop_on_signals); while evaluating they stop it at once. A bad
     command line or a NaN ends with one line on stderr (printed by rank 0 alone under torchrun) instead of a traceback."""
     Run.active.clear()  # runs an earlier train() in this process left open when it raised (a test's) are not this one's
-    run_or_say_why(args, train, make_envs, Agent, sys.argv[1:])
+    run_or_say_why(args, train, make_envs, Agent, act, sys.argv[1:])
     if launched_processes() > 1:
         # X2: the run is done and its process group closed, but torch's gloo backend sometimes aborts the interpreter's
         # teardown ("terminate called without an active exception"), which would fail the torchrun job: a worker whose
@@ -66,7 +73,7 @@ def typed_flags(args, words):
     return [f.name for f in fields(args) if {f.name.replace("_", "-"), "no-" + f.name.replace("_", "-")} & typed]
 
 
-def run_or_say_why(args, train, make_envs, Agent, command_line):
+def run_or_say_why(args, train, make_envs, Agent, act, command_line):
     """main()'s training or evaluation, its errors turned into one line on stderr and an exit code. command_line: the
     words after the script's name, whose flags --resume refuses whatever their values."""
     try:
@@ -74,7 +81,7 @@ def run_or_say_why(args, train, make_envs, Agent, command_line):
             signal.signal(signal.SIGINT, signal.default_int_handler)
         elif args.resume:
             refuse_other_flags(args, typed_flags(args, command_line))
-        evaluate(args, make_envs, Agent) if args.eval_checkpoint else train(args, stop_on_signals())
+        evaluate(args, make_envs, Agent, act) if args.eval_checkpoint else train(args, stop_on_signals())
     except (ArgError, NonFiniteError, CheckpointError) as e:
         for run in [run for run in Run.active if run.log is None]:
             run.abandon()  # refused before it started (a checkpoint that fails its checks): its folder as it was
@@ -97,11 +104,11 @@ def run_or_say_why(args, train, make_envs, Agent, command_line):
         sys.exit(130)
 
 
-def evaluate(args, make_envs, Agent):
+def evaluate(args, make_envs, Agent, act):
     """--eval-checkpoint: the saved agent plays --eval-episodes episodes in one env made with the flags that trained it,
-    its actions sampled as in training, the env statistics frozen at their saved values; videos and the seed come from
-    `args`. A recurrent agent (one with initial_state) carries its state from step to step (B3). Prints and returns the
-    episodic returns. The env is the checkpoint's: an --env-id that differs from it is refused, unless it is the
+    each step the script's act() (its actions sampled as in training, a recurrent agent's state carried), the env
+    statistics frozen at their saved values; videos and the seed come from `args`. Prints and returns the episodic
+    returns. The env is the checkpoint's: an --env-id that differs from it is refused, unless it is the
     script's default, which cannot be told from no --env-id at all (tyro fills it in) and is therefore let through."""
     check_flags(args)  # --eval-episodes, --seed; the training flags are the checkpoint's, checked below
     checkpoint = load_checkpoint(args.eval_checkpoint, "--eval-checkpoint", args)
@@ -111,6 +118,7 @@ def evaluate(args, make_envs, Agent):
             f"--env-id {args.env_id} is not the env of --eval-checkpoint {args.eval_checkpoint}, which was trained on "
             f"{env_id}; drop --env-id (the checkpoint's env is played) or pass --env-id {env_id}"
         )
+    env_id = env_as_trained(type(args), checkpoint["args"])  # what the agent sees of it: velocities hidden, say
     print(f"evaluating {args.eval_checkpoint} on {env_id} over {args.eval_episodes} episodes", flush=True)
     one_env = type(args).eval_flags  # the script's flags for one env
     train_args = replace(type(args)(**checkpoint["args"]), **one_env, capture_video=args.capture_video, seed=args.seed)
@@ -119,6 +127,7 @@ def evaluate(args, make_envs, Agent):
     name = f"{run_name_part(train_args.env_id)}__{args.exp_name}-eval__{args.seed}__{int(time.time())}"
     video_folder = os.path.join(new_run_folder(name), "videos") if args.capture_video else None  # runs/<name>/videos
     envs = make_envs(train_args, video_folder)
+    keep_mujoco_log(os.path.dirname(video_folder) if video_folder else None)  # an evaluation's folder is its videos'
     agent = Agent(envs, train_args)
     check_restorable(checkpoint, "--eval-checkpoint", args.eval_checkpoint, agent, None, env_statistics(envs), False)
     agent.load_state_dict(checkpoint["model"])
@@ -126,22 +135,38 @@ def evaluate(args, make_envs, Agent):
 
     episodic_returns = []
     next_obs, _ = envs.reset(seed=args.seed)
-    next_done, state = torch.zeros(1), agent.initial_state(1) if hasattr(agent, "initial_state") else None
+    next_done, state = torch.zeros(1), None  # no state yet: a recurrent script's act() starts it (B3)
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.as_tensor(next_obs, dtype=torch.uint8 if next_obs.dtype == np.uint8 else torch.float32)
-        with torch.inference_mode():
-            if state is None:
-                action = agent.get_action_and_value(obs)[0]
-            else:
-                action, _, _, _, state = agent.get_action_and_value(obs, state, next_done)
-        next_obs, _, terminations, truncations, infos = envs.step(action.numpy())
+        action, state = act(agent, envs, train_args, next_obs, next_done, state)
+        next_obs, _, terminations, truncations, infos = envs.step(action)
         next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
         episodic_returns += [episodic_return for _, episodic_return in finished_episodes(infos)]
     envs.close()
+    keep_mujoco_log(None)
     mean, std = np.mean(episodic_returns), np.std(episodic_returns)
     episodes = len(episodic_returns)
     print(f"eval {args.eval_checkpoint} on {env_id}: mean return {mean:.1f} +- {std:.1f} over {episodes} episodes")
     return episodic_returns
+
+
+# the flags whose wrappers change what the agent sees of its env (what it observes, not how it is scaled), and what a
+# value other than the script's default means: an evaluation names those its checkpoint was trained with, for its return
+# is one on that env, not on the plain one
+OBSERVATION_FLAGS = {"mask_velocity": "velocities hidden", "warp_frame": "raw RGB frames", "frame_stack": None}
+
+
+def env_as_trained(Args, saved):
+    """The env a checkpoint's agent was trained on, as its flags (`saved`, of the script's `Args`) made it: its id, and
+    the OBSERVATION_FLAGS that are not the script's default, as they are typed ("Pendulum-v1 with --mask-velocity
+    (velocities hidden)")."""
+    defaults, named = Args(), []
+    for name, meaning in OBSERVATION_FLAGS.items():
+        if name not in saved or not hasattr(defaults, name) or saved[name] == getattr(defaults, name):
+            continue
+        flag, value = "--" + name.replace("_", "-"), saved[name]
+        flag = (flag if value else "--no-" + flag[2:]) if isinstance(value, bool) else f"{flag} {value}"
+        named.append(f"{flag} ({meaning})" if meaning else flag)
+    return " with ".join([saved["env_id"], ", ".join(named)] if named else [saved["env_id"]])
 
 
 def finished_episodes(infos):
@@ -229,9 +254,12 @@ class RunLog:
         self.sps = 0
 
     def start(self, num_envs, global_step, last_step):
-        """The clock and the step count the SPS are measured from; the step whose log prints the last progress line."""
+        """The clock and the step count the SPS are measured from; the step whose log prints the last progress line.
+        The first update of a session is its warm-up (the first rollout, --compile building its graph), which the
+        progress line's SPS and time left leave out."""
         self.start_time = self.last_print = time.time()
         self.start_step, self.last_step = global_step, last_step
+        self.warm = None  # (step, time) at the end of the first update, where the steady rate is measured from
         self.episode_steps = np.zeros(num_envs, dtype=np.int64)
 
     def record_episodes(self, infos, global_step):
@@ -252,7 +280,9 @@ class RunLog:
             episodes = sorted(episode for rank_episodes in gathered for episode in rank_episodes)
         self.episodic_returns += [r for _, r, _ in episodes]
         self.recent_returns.extend(r for _, r, _ in episodes)
-        self.sps = int((global_step - self.start_step) / (time.time() - self.start_time))  # over all ranks
+        now = time.time()
+        self.sps = int((global_step - self.start_step) / max(now - self.start_time, 1e-9))  # over all ranks, warm-up too
+        self.warm = self.warm or (global_step, now)
         if self.rank != 0:
             return
         try:  # TensorBoard's thread writes the file; a write it failed fails the next add_scalar
@@ -264,13 +294,19 @@ class RunLog:
             self.writer.add_scalar("charts/SPS", self.sps, global_step)
         except OSError as e:
             raise LogWriteError(e.errno, e.strerror) from None
-        if (time.time() - self.last_print > 10 or global_step == self.last_step) and not len(self.stop_signals):
-            self.last_print = time.time()  # (no line once a stop is asked: "stopping:" is the last word until it is done)
+        if (now - self.last_print > 10 or global_step == self.last_step) and not len(self.stop_signals):
+            self.last_print = now  # (no line once a stop is asked: "stopping:" is the last word until it is done)
             mean_return = f"{np.mean(self.recent_returns):.1f}" if self.recent_returns else "n/a"
             recent = f"mean return (last {len(self.recent_returns)}) {mean_return}"
-            elapsed, left = time.time() - self.start_time, (self.last_step - global_step) / max(self.sps, 1)
-            timing = f"{clock(elapsed)} elapsed, {clock(left)} left" if global_step < self.last_step else f"{clock(elapsed)}"
-            print(f"step {global_step}/{self.args.total_timesteps}  SPS {self.sps}  {timing}  {recent}")
+            # the steady rate, after the warm-up: with it counted, the time left came out 5-10 times too long
+            steady_steps, steady_time = global_step - self.warm[0], now - self.warm[1]
+            sps = int(steady_steps / max(steady_time, 1e-9)) if steady_steps else self.sps
+            elapsed, left = clock(now - self.start_time), clock((self.last_step - global_step) / max(sps, 1))
+            timing = f"{elapsed} elapsed, {left} left"
+            if not steady_steps:  # the first update's line: no steady rate yet
+                timing = f"{elapsed} elapsed (warm-up), time left from the next line"
+            timing = elapsed if global_step == self.last_step else timing
+            print(f"step {global_step}/{self.args.total_timesteps}  SPS {sps}  {timing}  {recent}")
         if self.track and self.args.capture_video:
             self.videos_logged = log_videos(self.video_folder, self.videos_logged)
 
@@ -286,6 +322,34 @@ class RunLog:
             import wandb
 
             wandb.finish()
+
+
+def say_what_is_to_come(args, folder, updates, world_size):
+    """The line a session starts with (rank 0), as soon as its folder is known: the first update, its warm-up (the
+    first rollout, --compile building its graph), can take a minute before the first progress line."""
+    compiling = " (--compile builds its graph)" if getattr(args, "compile", False) else ""
+    print(
+        f"{folder}: {updates} updates of {args.batch_size * world_size} steps to go; the first one warms up{compiling}, "
+        "then a progress line every 10 s",
+        flush=True,
+    )
+
+
+def keep_mujoco_log(folder):
+    """MuJoCo writes its warnings and errors (an unstable simulation's "Nan, Inf or huge value in QACC") to
+    MUJOCO_LOG.TXT in the working folder, besides printing them: where this process has loaded MuJoCo, its log goes to
+    `folder`'s MUJOCO_LOG.TXT instead, or, with no folder (an evaluation without videos, a run that has ended, a
+    folder another machine holds: X2), nowhere but the console. The setting is the process's; an AsyncVectorEnv's
+    workers, forked after it is made, inherit it."""
+    mujoco = sys.modules.get("mujoco")  # not imported here: loading it for an Atari run would cost time and GL trouble
+    if mujoco is None or not hasattr(mujoco, "MjLogConfig"):  # MjLogConfig: MuJoCo 4's (requirements.txt pins it)
+        return
+    config = mujoco.MjLogConfig.get()
+    path = os.path.abspath(os.path.join(folder, "MUJOCO_LOG.TXT")) if folder and os.path.isdir(folder) else None
+    config.logto_file = path is not None and len(path.encode()) < 1024  # MuJoCo keeps the path in 1024 bytes
+    if config.logto_file:
+        config.logfile = path
+    config.set()
 
 
 def clock(seconds):
@@ -313,8 +377,11 @@ class Run:
         self.video_folder = new_name(os.path.join(self.folder, videos))
         self.checkpoints = Checkpoints(args, self.folder, rank, world_size)
         Run.active.append(self)
+        keep_mujoco_log(Run.active[0].folder)  # before make_envs: an AsyncVectorEnv's forked workers inherit the setting
         trained = args.num_iterations * args.batch_size * world_size
         chosen = args.total_timesteps != type(args)().total_timesteps  # a note for the user's budget, not for the default
+        if rank == 0 and not resumed_from:  # a resumed session says it once its checkpoint has passed its checks
+            say_what_is_to_come(args, self.folder, args.num_iterations, world_size)
         if rank == 0 and trained != args.total_timesteps and not resumed_from and chosen:
             print(
                 f"note: --total-timesteps {args.total_timesteps} is not a whole number of updates of "
@@ -329,6 +396,7 @@ class Run:
         envs' statistics (ppo_continuous_action_seeds.py: each agent's own); envs: what the run reads of its envs, their
         num_envs and close()."""
         self.agent, self.optimizer, self.envs, self.last_update, self.state = agent, optimizer, envs, last_update, state
+        keep_mujoco_log(Run.active[0].folder)  # again: make_envs may have been the first to load MuJoCo (one's own env)
         try:
             self.log = RunLog(
                 self.args, self.folder, self.video_folder, self.rank, self.world_size, self.resumed_from, self.stop_signals
@@ -340,6 +408,7 @@ class Run:
         last, steps = last_update, self.args.num_iterations * self.args.batch_size * self.world_size
         if self.resumed_from and self.rank == 0:
             print(f"resumed {self.name} after update {last.iteration} (step {last.global_step}); the envs start new episodes")
+            say_what_is_to_come(self.args, self.folder, self.args.num_iterations - last.iteration, self.world_size)
         self.log.start(envs.num_envs, last.global_step, steps)
         self.checkpoints.keep(optimizer, envs, state and state())
 
@@ -437,6 +506,7 @@ class Run:
         """The run is no longer this process's: out of Run.active, its folder's lock released."""
         if self in Run.active:
             Run.active.remove(self)
+            keep_mujoco_log(Run.active[0].folder if Run.active else None)
         if self.lock is not None:
             os.close(self.lock)  # its lock goes with it
             self.lock = None

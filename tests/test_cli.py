@@ -227,7 +227,7 @@ def test_out_of_range_value_gives_one_line_error(tmp_path, monkeypatch, capsys, 
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.raises(SystemExit) as exit_info:
-            module.main(tyro.cli(module.Args, args=flags), module.train, module.make_envs, module.Agent)
+            module.main(tyro.cli(module.Args, args=flags), module.train, module.make_envs, module.Agent, module.act)
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
@@ -282,8 +282,29 @@ def test_evaluation_names_the_env_it_plays_and_refuses_another(tmp_path, monkeyp
     (path,) = (tmp_path / "runs").glob("*/agent.pt")
     for env_id in ("Hopper-v5", "Pendulum-v1"):  # the default (not passed), and the checkpoint's own
         capsys.readouterr()
-        ppo_run.evaluate(cont.Args(eval_checkpoint=str(path), eval_episodes=1, env_id=env_id), cont.make_envs, cont.Agent)
+        args = cont.Args(eval_checkpoint=str(path), eval_episodes=1, env_id=env_id)
+        ppo_run.evaluate(args, cont.make_envs, cont.Agent, cont.act)
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) == 2 and all(" on Pendulum-v1" in line for line in lines), lines
     with pytest.raises(checkpoints.ArgError, match="^--env-id Walker2d-v5 .* --eval-checkpoint .*Pendulum-v1"):
-        ppo_run.evaluate(cont.Args(eval_checkpoint=str(path), env_id="Walker2d-v5"), cont.make_envs, cont.Agent)
+        ppo_run.evaluate(cont.Args(eval_checkpoint=str(path), env_id="Walker2d-v5"), cont.make_envs, cont.Agent, cont.act)
+
+
+def test_evaluation_names_what_the_agent_saw_of_its_env(tmp_path, monkeypatch, capsys):
+    """An agent trained with its velocities hidden (--mask-velocity) is played so, and both evaluation lines say so: its
+    return is one on that env, not on the plain Pendulum-v1. The Atari scripts' frame flags are named the same way
+    where a checkpoint's are not the script's default."""
+    cont = load_script("ppo_continuous_action")
+    monkeypatch.chdir(tmp_path)
+    flags = dict(env_id="Pendulum-v1", mask_velocity=True, num_steps=64, total_timesteps=64, num_minibatches=2)
+    cont.train(cont.Args(**flags, compile=False))
+    (path,) = (tmp_path / "runs").glob("*/agent.pt")
+    capsys.readouterr()
+    ppo_run.evaluate(cont.Args(eval_checkpoint=str(path), eval_episodes=1), cont.make_envs, cont.Agent, cont.act)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"evaluating {path} on Pendulum-v1 with --mask-velocity (velocities hidden) over 1 episodes"
+    assert lines[1].startswith(f"eval {path} on Pendulum-v1 with --mask-velocity (velocities hidden): mean return ")
+    atari = load_script("ppo_atari").Args
+    saved = dataclasses.asdict(atari(frame_stack=1, warp_frame=False, noop_max=0))  # A1 changes no observation
+    assert ppo_run.env_as_trained(atari, saved) == "BreakoutNoFrameskip-v4 with --no-warp-frame (raw RGB frames), --frame-stack 1"
+    assert ppo_run.env_as_trained(atari, dataclasses.asdict(atari())) == "BreakoutNoFrameskip-v4"

@@ -199,7 +199,7 @@ def test_a_full_disk_during_a_run_is_one_line_with_the_command_that_continues_it
     monkeypatch.setattr(checkpoints.torch, "save", fills_the_disk)
     args = cont.Args(**PENDULUM, total_timesteps=64 * 3, checkpoint_interval=1)
     with pytest.raises(SystemExit) as stop:
-        ppo_run.main(args, cont.train, cont.make_envs, cont.Agent)
+        ppo_run.main(args, cont.train, cont.make_envs, cont.Agent, cont.act)
     lines = capsys.readouterr().err.strip().splitlines()
     (folder,) = glob.glob("runs/*")
     assert stop.value.code == 1 and len(lines) == 1, lines
@@ -442,7 +442,7 @@ def test_a_changed_checkpoint_is_one_line_and_leaves_its_run_folder_as_it_was(
     before = left_on_disk(tmp_path)
     args = cont.Args(**{flag[2:].replace("-", "_"): str(folder / "agent.pt")})
     with pytest.raises(SystemExit) as end:
-        ppo_run.main(args, cont.train, cont.make_envs, cont.Agent)
+        ppo_run.main(args, cont.train, cont.make_envs, cont.Agent, cont.act)
     lines = capsys.readouterr().err.strip().splitlines()
     assert end.value.code == 1 and len(lines) == 1 and line in lines[0], lines
     assert lines[0].startswith(f"error: {flag} {folder / 'agent.pt'}") and left_on_disk(tmp_path) == before
@@ -468,13 +468,14 @@ def test_a_flag_typed_with_resume_is_refused_whatever_its_value(saved_run, tmp_p
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["ppo_continuous_action.py", "--resume", saved_run, "--learning-rate", "0.0003"])
     with pytest.raises(SystemExit) as end:
-        ppo_run.main(cont.Args(resume=saved_run, learning_rate=0.0003), cont.train, cont.make_envs, cont.Agent)
+        ppo_run.main(cont.Args(resume=saved_run, learning_rate=0.0003), cont.train, cont.make_envs, cont.Agent, cont.act)
     lines = capsys.readouterr().err.strip().splitlines()
     assert end.value.code == 1 and lines == ["error: --resume continues the run with its own flags; drop --learning-rate"]
     for typed, flag in ((["--no-anneal-lr"], "--anneal-lr"), (["--seed=1"], "--seed"), (["--num_envs", "1"], "--num-envs")):
         monkeypatch.setattr(sys, "argv", ["ppo_continuous_action.py", "--resume", saved_run, *typed])  # tyro's spellings
         with pytest.raises(SystemExit):
-            ppo_run.main(cont.Args(resume=saved_run), cont.train, cont.make_envs, cont.Agent)  # every flag its default
+            # every flag its default
+            ppo_run.main(cont.Args(resume=saved_run), cont.train, cont.make_envs, cont.Agent, cont.act)
         assert capsys.readouterr().err == f"error: --resume continues the run with its own flags; drop {flag}\n"
 
 

@@ -363,5 +363,5 @@ def test_a_run_of_one_step_minibatches_per_env_evaluates(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cont.train(cont.Args(env_id="Pendulum-v1", num_envs=2, num_steps=1, num_minibatches=1, total_timesteps=2, compile=False))
     (path,) = glob.glob("runs/*/agent.pt")
-    returns = ppo_run.evaluate(cont.Args(eval_checkpoint=path, eval_episodes=1), cont.make_envs, cont.Agent)
+    returns = ppo_run.evaluate(cont.Args(eval_checkpoint=path, eval_episodes=1), cont.make_envs, cont.Agent, cont.act)
     assert len(returns) == 1 and -2000 < returns[0] < 0  # one whole Pendulum episode: 200 steps of cost in [-16.3, 0]
