@@ -69,6 +69,18 @@ def test_readme_shows_the_docker_lines():
     assert any("benchmark/run.py" in line and " -v " in line and image in line for line in runs)
 
 
+def test_readme_names_each_container_it_runs_and_stops_them_by_name():
+    """`docker stop` needs a container's name or id: each docker run line gives a --name, and the text stops the training
+    run and the benchmark matrix by theirs."""
+    runs = [line for line in readme_block("Docker").splitlines() if line.startswith("docker run")]
+    names = {line: re.search(r" --name (\S+) ", line) for line in runs}
+    assert runs and all(names.values()), [line for line, name in names.items() if not name]
+    text = README.read_text().split("## Docker", 1)[1]
+    for started in ("--capture-video", "benchmark/run.py"):
+        (name,) = [name.group(1) for line, name in names.items() if started in line]
+        assert f"`docker stop {name}`" in text, name
+
+
 # The image built and run for real (issue 43): where no Docker daemon answers (CI here), these tests skip, saying so.
 IMAGE = "ppo-details-test"
 TEST_USER = "1234:1234"  # a host user that is neither root nor the image's own uid 1000
@@ -86,8 +98,11 @@ def docker_missing():
 
 
 def readme_line(start, contains=""):
+    """The README's Docker line, on the test's image; a container's --name made the test's own (tests run side by side,
+    and a user's container of the README's name may be running)."""
     (line,) = [line for line in readme_block("Docker").strip().splitlines() if line.startswith(start) and contains in line]
-    return line.replace("ppo-details", IMAGE)
+    line = line.replace("ppo-details", IMAGE)
+    return re.sub(r" --name (\S+)", lambda name: f" --name {IMAGE}-{name.group(1)}-{os.getpid()}", line)
 
 
 def shell(command, cwd, timeout=900, check=True):
@@ -168,7 +183,8 @@ def test_a_run_stopped_with_docker_stop_resumes_from_its_checkpoint(image, host)
     """docker stop sends SIGTERM: the run saves its last finished update and exits 0; the README's resume line goes on
     from that checkpoint to the end of the run (8 updates)."""
     name = f"ppo-details-test-stop-{os.getpid()}"
-    train = readme_line("docker run", "--capture-video").replace("docker run --rm", f"docker run -d --name {name}")
+    train = readme_line("docker run", "--capture-video").replace("docker run --rm", "docker run -d")
+    train = re.sub(r" --name \S+", f" --name {name}", train)
     train = train.replace(" --capture-video", "") + " --total-timesteps 8192 --num-steps 1024 --checkpoint-interval 1"
     shell(train + " --no-compile", host)
     try:
