@@ -4,7 +4,7 @@ measurements around the training runs: the random policy's scores, the masked ag
 the share of invalid actions, and the wall time of both implementations side by side.
 
     python benchmark/masking.py --env-id Knapsack-v1 --seed 1 --total-timesteps 100000   # MaskablePPO (the peer)
-    python benchmark/masking.py random --output benchmark/results/masking/data/random.csv
+    python benchmark/masking.py random --output benchmark/results/masking/data/random_policy.csv
     python benchmark/masking.py unmasked benchmark/runs/masking --output benchmark/results/masking/data/unmasked.csv
     python benchmark/masking.py wall-time --env-id Knapsack-v1 --total-timesteps 100000 --rounds 3 \\
         --out benchmark/runs/masking-wall-time --output benchmark/results/masking/data/wall_time.csv
@@ -423,7 +423,7 @@ def masking_tables(data: Path, last: int):
     tables = read_data(data)
     episodes = tables.episodes.sort_values(["env_id", "variant", "seed", "step"], kind="stable")
     scores = episodes.groupby(["env_id", "variant", "seed"])["episodic_return"].apply(lambda r: r.tail(last).mean())
-    random = pd.read_csv(data / "random.csv")
+    random = pd.read_csv(data / "random_policy.csv")
     unmasked = pd.read_csv(data / "unmasked.csv")
     columns = {  # name: per-seed scores of each task
         "ours masked": scores.xs("default", level="variant"),
