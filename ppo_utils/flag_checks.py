@@ -6,6 +6,8 @@ here: a rule only refuses values."""
 
 import importlib
 import os
+import sysconfig
+import traceback
 from dataclasses import fields
 from typing import NamedTuple
 
@@ -76,8 +78,9 @@ ENV_KINDS = {
 def find_spec(env_id):
     """The EnvSpec gym.make finds for `env_id`. gymnasium's "module:EnvId" form (one's own env) imports the module first,
     as gym.make does, for it registers EnvId (gymnasium.register); ArgError in one line where the id is malformed, the
-    module cannot be imported, or it registers no EnvId. A plain id not registered raises gym.error.Error (check_args
-    says what the script takes). A module that fails otherwise (a bug in it) raises its own error, with its traceback."""
+    module cannot be imported (a missing dependency, or a bug in it: its error's last line and where it was raised), exits
+    while imported, or registers no EnvId. A plain id not registered raises gym.error.Error (check_args says what the
+    script takes)."""
     if ":" not in env_id:
         return gym.spec(env_id)
     module, _, name = env_id.partition(":")
@@ -95,6 +98,16 @@ def find_spec(env_id):
             fix = "install what it names"
         reason = (str(e).splitlines() or [""])[0]
         raise ArgError(f"--env-id {env_id}: cannot import {module} ({type(e).__name__}: {reason}); {fix}") from None
+    except SystemExit as e:  # sys.exit() in the module's body: without this the script would end silently, with its code
+        raise ArgError(
+            f"--env-id {env_id}: importing {module} called sys.exit({e.code!r}) ({where_raised(e)}); a module that "
+            'registers envs must not exit when imported: put that code under if __name__ == "__main__":'
+        ) from None
+    except Exception as e:  # a bug in the module: the user needs its last line and its place, not ppo_utils' frames
+        raise ArgError(
+            f"--env-id {env_id}: importing {module} failed ({last_line(e)}, {where_raised(e)}); fix the module, or pass "
+            "another --env-id"
+        ) from None
     try:
         return gym.spec(name)
     except gym.error.Error as e:
@@ -114,10 +127,14 @@ def env_kind(env_id):
         env = gym.make(env_id)
     except gym.error.Error as e:
         raise ArgError(f"--env-id {env_id} cannot be created: {e}") from None
-    except Exception as e:  # importing MuJoCo dies inside PyOpenGL where MUJOCO_GL names a backend with no library
-        if "MUJOCO_GL" not in os.environ:
-            raise
-        raise ArgError(f"--env-id {env_id}: {gl_trouble('load', e)}; or unset MUJOCO_GL, which nothing needs") from None
+    except (Exception, SystemExit) as e:
+        if "MUJOCO_GL" in os.environ and from_opengl(e):  # importing MuJoCo dies inside PyOpenGL: MUJOCO_GL's library
+            raise ArgError(f"--env-id {env_id}: {gl_trouble('load', e)}; or unset MUJOCO_GL, which nothing needs") from None
+        # the env's own code (its constructor, or the module its entry point names) failed: its last line and its place
+        what = f"called sys.exit({e.code!r})" if isinstance(e, SystemExit) else f"raised {last_line(e)}"
+        raise ArgError(
+            f"--env-id {env_id} cannot be created: making it {what} ({where_raised(e)}); fix the env, or pass another --env-id"
+        ) from None
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
     vector = isinstance(observation_space, gym.spaces.Box) and len(observation_space.shape) == 1
@@ -134,6 +151,41 @@ def env_kind(env_id):
         f"--env-id {env_id} has {observations} observations and a {type(action_space).__name__} action space, which "
         "none of the scripts trains on"
     )
+
+
+def last_line(error):
+    """The last line of `error`'s message, after its type (what Python's traceback ends with): "ValueError: bad size"."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1]}" if lines else type(error).__name__
+
+
+# Python's own library and the installed packages: the frames of a traceback a user's module is not in
+LIBRARY_FOLDERS = tuple({os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "purelib", "platlib")})
+
+
+def where_raised(error):
+    """Where `error` was raised, for a one-line message: "at myenvs.py:12 in __init__". The innermost frame outside
+    Python's library and the installed packages (the user's code, not importlib's or gymnasium's frames around it, nor
+    numpy's under it); the innermost frame where every frame is a library's. A file under the working folder is named
+    relative to it."""
+    if isinstance(error, SyntaxError) and error.filename:  # the module that does not parse has no frame of its own
+        frames = [traceback.FrameSummary(error.filename, error.lineno, "<module>")]
+    else:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<")]
+    if not frames:
+        return "at an unknown place"
+    own = [f for f in frames if not os.path.abspath(f.filename).startswith(LIBRARY_FOLDERS)]
+    frame = (own or frames)[-1]
+    path = os.path.abspath(frame.filename)
+    if path.startswith(os.path.join(os.getcwd(), "")):
+        path = os.path.relpath(path)
+    function = f" in {frame.name}" if frame.name != "<module>" else ""
+    return f"at {path}:{frame.lineno}{function}"
+
+
+def from_opengl(error):
+    """Whether `error` was raised inside PyOpenGL (MuJoCo loading the MUJOCO_GL backend without its library)."""
+    return any(f"{os.sep}OpenGL{os.sep}" in frame.filename for frame in traceback.extract_tb(error.__traceback__))
 
 
 NAME_BYTES = 100  # --exp-name's longest: the run folder's name adds the env id, the seed and the time to it (255 at most)

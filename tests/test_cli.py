@@ -4,7 +4,9 @@ parses to a non-default value; bad input ends with a one-line error naming the f
 import dataclasses
 import os
 import re
+import runpy
 import signal
+import sys
 import typing
 
 import pytest
@@ -50,6 +52,28 @@ def test_contract_flag_exists_parses_and_names_its_detail(name, flag, detail):
         assert help_text and detail in help_text.group(1).split(", "), f"--{flag}'s help does not start with ({detail})"
 
 
+# the scripts whose help starts with what its ids and "the reference" are
+HELP_SCRIPTS = ["ppo", "ppo_atari", "ppo_continuous_action", "ppo_continuous_action_seeds", "ppo_rnn", "ppo_rnn_continuous_action"]
+
+
+@pytest.mark.parametrize("name", HELP_SCRIPTS)
+def test_the_help_says_what_its_ids_and_the_reference_are(name, monkeypatch, capsys):
+    """`python <script> --help` (its __main__ block, run here) speaks of ids (G1, M3, ...) and "the reference": its first
+    line after the usage says what they are."""
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit) as end:
+        runpy.run_path(str(ROOT / f"{name}.py"), run_name="__main__")
+    assert end.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())  # tyro wraps its lines to the terminal
+    expected = (
+        "Ids in parentheses, such as (G1) or (M3), name PPO's implementation details, one flag each (docs/details.md): G "
+        "general, M MuJoCo, A Atari, D discrete actions, X auxiliary, B beyond the blog's 32; \"the reference\" is "
+        "openai/baselines' ppo2, where the details and the defaults come from."
+    )
+    assert expected in help_text and help_text.index(expected) < help_text.index("--exp-name"), help_text[:1000]
+
+
 def write_cont_checkpoint(path, **flags):
     write_checkpoint(path, load_script("ppo_continuous_action").Args(**flags))
 
@@ -71,9 +95,21 @@ BAD_INPUTS = [
     # env, and an env of the other kind
     ("ppo_continuous_action", ["--env-id", "nosuchmodule:X-v0"],
      "error: --env-id nosuchmodule:X-v0: cannot import nosuchmodule (ModuleNotFoundError"),
-    ("ppo_continuous_action", ["--env-id", "myenvs:Other-v0"],
-     "error: --env-id myenvs:Other-v0: myenvs registers no env Other-v0"),
-    ("ppo_continuous_action", ["--env-id", "myenvs:MyCartPole-v0"], "Discrete action space; use ppo.py or ppo_rnn.py"),
+    ("ppo_continuous_action", ["--env-id", "ppo_tests_own_envs_q7:Other-v0"],
+     "error: --env-id ppo_tests_own_envs_q7:Other-v0: ppo_tests_own_envs_q7 registers no env Other-v0"),
+    ("ppo_continuous_action", ["--env-id", "ppo_tests_own_envs_q7:MyCartPole-v0"], "Discrete action space; use ppo.py or"),
+    # a module whose own code fails (FAULTY_MODULES): each script names it, the error's last line and its place
+    ("ppo_continuous_action", ["--env-id", "ppo_tests_raises_on_import:Foo-v0"],
+     ("error: --env-id ppo_tests_raises_on_import:Foo-v0: importing ppo_tests_raises_on_import failed (RuntimeError: no "
+      "licence server, at ppo_tests_raises_on_import.py:3); fix the module")),
+    ("ppo", ["--env-id", "ppo_tests_exits_on_import:Foo-v0"],
+     ("error: --env-id ppo_tests_exits_on_import:Foo-v0: importing ppo_tests_exits_on_import called sys.exit(3) (at "
+      "ppo_tests_exits_on_import.py:4)")),
+    ("ppo_atari", ["--env-id", "ppo_tests_constructor_raises:Broken-v0"],
+     ("error: --env-id ppo_tests_constructor_raises:Broken-v0 cannot be created: making it raised ValueError: size must "
+      "be positive, not 0 (at ppo_tests_constructor_raises.py:6 in __init__)")),
+    ("ppo_rnn", ["--env-id", "ppo_tests_constructor_raises:Broken-v0"], "making it raised ValueError: size must be"),
+    ("ppo_rnn_continuous_action", ["--env-id", "ppo_tests_exits_on_import:Foo-v0"], "called sys.exit(3)"),
     ("ppo_atari", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_atari", ["--env-id", "CartPole-v1"], "not an Atari game"),
     ("ppo_atari", ["--env-id", "NoSuchGameNoFrameskip-v4"], "--env-id"),
@@ -89,7 +125,7 @@ BAD_INPUTS = [
     ("ppo_rnn", ["--env-id", "Hopper-v5"], "ppo_continuous_action.py"),
     ("ppo_rnn", ["--env-id", "CartPoleNoVelocity-v1", "--vector-env", "envpool"], "--vector-env"),
     ("ppo_rnn", ["--rnn-hidden-size", "0"], "--rnn-hidden-size"),
-    ("ppo_rnn", ["--env-id", "myenvs:MyPendulum-v0"], "use ppo_continuous_action.py"),
+    ("ppo_rnn", ["--env-id", "ppo_tests_own_envs_q7:MyPendulum-v0"], "use ppo_continuous_action.py"),
     ("ppo_rnn", ["--resume", "corrupt.pt"], "--resume"),
     ("ppo_continuous_action_seeds", ["--env-id", "BreakoutNoFrameskip-v4"], "ppo_atari.py"),
     ("ppo_continuous_action_seeds", ["--num-minibatches", "7"], "--num-minibatches"),
@@ -102,6 +138,16 @@ BAD_INPUTS = [
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "hopper.pt"], "seed 1"),
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--learning-rate", "0.1"], "--learning-rate"),
     ("ppo_continuous_action_seeds", ["--eval-checkpoint", "hopper.pt"], "load it with that script"),
+    ("ppo", ["--env-id", "Pendulum-v1"], "use ppo_continuous_action.py"),
+    ("ppo", ["--env-id", "BreakoutNoFrameskip-v4"], "use ppo_atari.py"),
+    ("ppo", ["--env-id", "Knapsack-v1"], "use ppo_masked.py"),
+    ("ppo", ["--num-minibatches", "3"], "--num-minibatches 3"),
+    ("ppo", ["--resume", "corrupt.pt"], "--resume"),
+    ("ppo_masked", ["--env-id", "CartPole-v1"], "add --no-mask-actions, or use ppo.py"),
+    ("ppo_masked", ["--env-id", "CartPole-v1", "--no-mask-actions"], "add --vector-env sync"),
+    ("ppo_masked", ["--env-id", "Knapsack-v1", "--vector-env", "sync"], "add --vector-env envpool"),
+    ("ppo_masked", ["--capture-video"], "add --vector-env sync"),
+    ("ppo_masked", ["--env-id", "Pendulum-v1", "--no-mask-actions", "--vector-env", "sync"], "use ppo_continuous_action.py"),
 ]
 # each numeric flag's range, checked before a run folder exists
 OUT_OF_RANGE = [
@@ -133,25 +179,50 @@ OUT_OF_RANGE = [
     ("ppo_rnn_continuous_action", ["--rnn-hidden-size", "0"], "--rnn-hidden-size 0"),
     ("ppo_rnn_continuous_action", ["--env-id", "CartPole-v1"], "Discrete action space; use ppo.py or ppo_rnn.py"),
     ("ppo_rnn_continuous_action", ["--env-id", "Pendulum-v1", "--mask-velocity", "--clip-obs", "-1"], "--clip-obs -1"),
+    ("ppo", ["--learning-rate", "-1"], "--learning-rate -1"),
+    ("ppo", ["--gae-lambda", "1.5"], "--gae-lambda 1.5"),
+    ("ppo_masked", ["--clip-coef", "-0.2"], "--clip-coef -0.2"),
+    ("ppo_masked", ["--ent-coef", "-0.01"], "--ent-coef -0.01"),
 ]
 BAD_INPUTS = [case for case in BAD_INPUTS if (ROOT / f"{case[0]}.py").exists()]
 OUT_OF_RANGE = [case for case in OUT_OF_RANGE if (ROOT / f"{case[0]}.py").exists()]
 
 
-# a module of one's own envs, for --env-id myenvs:MyPendulum-v0 (Box actions) and myenvs:MyCartPole-v0 (Discrete)
+# a module of one's own envs, for --env-id ppo_tests_own_envs_q7:MyPendulum-v0 (Box actions) and :MyCartPole-v0
+# (Discrete). Its name is one no user picks: a user's module beside the scripts (the README's myenvs.py, say) comes
+# before PYTHONPATH on the path of a script run from the clone, and would be imported in its place
+OWN = "ppo_tests_own_envs_q7"
 MY_ENVS = """import gymnasium
 
 classic = "gymnasium.envs.classic_control"
 gymnasium.register(id="MyPendulum-v0", entry_point=f"{classic}.pendulum:PendulumEnv", max_episode_steps=200)
 gymnasium.register(id="MyCartPole-v0", entry_point=f"{classic}.cartpole:CartPoleEnv", max_episode_steps=500)
 """
+# modules whose own code fails (a bug, or a script's sys.exit), each with its line numbers: the one line names the
+# module or env, the error's last line and where it was raised
+FAULTY_MODULES = {
+    "ppo_tests_raises_on_import": 'import gymnasium\n\nraise RuntimeError("cannot start:\\nno licence server")\n',
+    "ppo_tests_exits_on_import": "import sys\n\nif True:\n    sys.exit(3)\n",
+    "ppo_tests_constructor_raises": """import gymnasium
+
+
+class Broken(gymnasium.Env):
+    def __init__(self, size=0):
+        raise ValueError(f"size must be positive, not {size}")
+
+
+gymnasium.register(id="Broken-v0", entry_point=Broken)
+""",
+}
 
 
 def write_bad_files(folder):
-    """What the bad inputs name: a file that is no checkpoint, a Hopper checkpoint, a run folder holding one, and the
-    module myenvs (MY_ENVS; the subprocess cases put `folder` on PYTHONPATH)."""
+    """What the bad inputs name: a file that is no checkpoint, a Hopper checkpoint, a run folder holding one, the
+    module OWN (MY_ENVS) and the faulty modules of FAULTY_MODULES (the subprocess cases put `folder` on PYTHONPATH)."""
     (folder / "corrupt.pt").write_bytes(b"this is not a checkpoint")
-    (folder / "myenvs.py").write_text(MY_ENVS)
+    (folder / f"{OWN}.py").write_text(MY_ENVS)
+    for module, text in FAULTY_MODULES.items():
+        (folder / f"{module}.py").write_text(text)
     write_cont_checkpoint(folder / "hopper.pt", env_id="Hopper-v5")
     write_cont_checkpoint(folder / "saved" / "Hopper-v5__run__1__1" / "agent.pt", env_id="Hopper-v5")
 
@@ -173,8 +244,8 @@ def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
 
 
 MODULE_ENVS = [  # each script trains on its kind of env from one's own module; "short": flags that make the run short
-    ("ppo_continuous_action", "myenvs:MyPendulum-v0", ["--num-steps", "64", "--total-timesteps", "128", "--no-compile"]),
-    ("ppo_rnn", "myenvs:MyCartPole-v0", ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64"]),
+    ("ppo_continuous_action", f"{OWN}:MyPendulum-v0", ["--num-steps", "64", "--total-timesteps", "128", "--no-compile"]),
+    ("ppo_rnn", f"{OWN}:MyCartPole-v0", ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "64"]),
 ]
 
 
@@ -183,7 +254,7 @@ MODULE_ENVS = [  # each script trains on its kind of env from one's own module; 
 def test_an_env_of_ones_own_module_trains(tmp_path, name, env_id, short):
     """gymnasium's "module:EnvId" form, which gym.make takes by importing the module (that registers EnvId): the checks
     import it too, and the run folder's name holds the env as one folder name (':' becomes '-', as '/' does)."""
-    (tmp_path / "myenvs.py").write_text(MY_ENVS)
+    (tmp_path / f"{OWN}.py").write_text(MY_ENVS)
     flags = ["--env-id", env_id, "--num-minibatches", "2", "--no-cuda", *short]
     result = run_script(name, *flags, cwd=tmp_path, timeout=300, env={"PYTHONPATH": pythonpath_first(tmp_path)})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -208,6 +279,26 @@ def test_a_module_env_id_is_one_folder_name_and_its_faults_are_one_line(tmp_path
         flag_checks.find_spec("needs_a_dependency:MyEnv-v0")
     with pytest.raises(flag_checks.ArgError, match=r"^--env-id .*: cannot import imports_a_wrong_name \(ImportError: "):
         flag_checks.find_spec("imports_a_wrong_name:MyEnv-v0")
+
+
+def test_a_fault_in_ones_own_module_is_named_at_its_own_line(tmp_path, monkeypatch):
+    """A module whose line calls into a library that raises (json's decoder here, frames deep in Python's library): the
+    line named is the module's own, and the error is its last line; a file outside the working folder is named by its
+    full path."""
+    from ppo_utils import flag_checks
+
+    (tmp_path / "ppo_tests_calls_a_library.py").write_text('import json\n\nSETTINGS = json.loads("{")\n')
+    monkeypatch.syspath_prepend(tmp_path)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    expected = (
+        "--env-id ppo_tests_calls_a_library:X-v0: importing ppo_tests_calls_a_library failed (JSONDecodeError: Expecting "
+        f"property name enclosed in double quotes: line 1 column 2 (char 1), at {tmp_path}/ppo_tests_calls_a_library.py:3); "
+        "fix the module, or pass another --env-id"
+    )
+    with pytest.raises(flag_checks.ArgError) as error:
+        flag_checks.check_env_id("ppo_tests_calls_a_library:X-v0", ("continuous",))
+    assert str(error.value) == expected
 
 
 @pytest.mark.parametrize("name,flags,named", OUT_OF_RANGE, ids=[f"{n}:{' '.join(f)}" for n, f, _ in OUT_OF_RANGE])
