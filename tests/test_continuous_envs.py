@@ -6,6 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.envs.mujoco.inverted_pendulum_v5 import InvertedPendulumEnv
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 
@@ -188,6 +189,30 @@ def test_env_gets_clipped_actions_storage_keeps_samples(cont, tmp_path, monkeypa
     assert np.abs(stored).max() > 1.0
     expected = np.clip(stored, -1.0, 1.0) if clip_action else stored
     np.testing.assert_allclose(received, expected, rtol=1e-6)
+
+
+class UnstablePendulum(InvertedPendulumEnv):
+    """InvertedPendulum-v5 whose third step starts from a huge joint velocity: MuJoCo warns ("Nan, Inf or huge value in
+    QVEL") and resets its simulation, as it does where a simulation becomes unstable in training."""
+
+    def step(self, action):
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == 3:
+            self.data.qvel[:] = 1e20
+        return super().step(action)
+
+
+gym.register("TestUnstablePendulum-v0", entry_point=UnstablePendulum, max_episode_steps=1000)
+
+
+@pytest.mark.parametrize("vector_env", ["sync", "async"])
+def test_mujocos_log_goes_into_the_run_folder(cont, tmp_path, monkeypatch, vector_env):
+    """MuJoCo's warnings, which it writes to MUJOCO_LOG.TXT in the working folder, go to the run folder's: nothing is
+    written outside it, with the envs in this process or in subprocesses (async)."""
+    run_tiny(cont, tmp_path, monkeypatch, "TestUnstablePendulum-v0", vector_env=vector_env, compile=False)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["runs"]
+    (log,) = tmp_path.glob("runs/*/MUJOCO_LOG.TXT")
+    assert "Nan, Inf or huge value in QVEL at DOF 0" in log.read_text()
 
 
 @pytest.mark.slow
