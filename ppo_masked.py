@@ -153,13 +153,14 @@ def observed_space(envs):
 def observe(envs, obs, nvec, mask_actions):
     """A batch of observations as the agent takes them: D3, each env's through gymnasium's flatten (Box and MultiBinary
     entries as numbers, Discrete ones one-hot, a dict's keys one after another); D1, the action mask as a row of booleans
-    per env, sum(nvec) of them (each component's choices, D2), all True with --no-mask-actions."""
+    per env, sum(nvec) of them (each component's choices, D2), all True with --no-mask-actions. A mask of another size is
+    one joint mask over the components (a mask of both sizes, as for MultiDiscrete([2, 2]), is taken per component)."""
     space, num_envs = observed_space(envs), len(obs["action_mask"] if isinstance(obs, dict) else obs)
     parts = gym.vector.utils.iterate(gym.vector.utils.batch_space(space, num_envs), obs)
     flat = np.stack([gym.spaces.flatten(space, part) for part in parts]).astype(np.float32)
     if not mask_actions:
         return flat, np.ones((num_envs, sum(nvec)), dtype=bool)
-    mask = obs["action_mask"].reshape(num_envs, -1)
+    mask = obs["action_mask"].reshape(num_envs, -1).astype(bool)  # gymnasium's MultiBinary is int8
     if mask.shape[1] != sum(nvec):  # one joint mask over the components (Tetris' rotation x column): as D2 samples them
         joint, axes = mask.reshape(num_envs, *nvec), range(1, len(nvec) + 1)  # independently, each keeps the choices that
         mask = np.concatenate([joint.any(axis=tuple(a for a in axes if a != k)) for k in axes], axis=1)  # some joint one has
@@ -193,7 +194,7 @@ class Agent(nn.Module):
 
     def get_action_and_value(self, x, mask, action=None):
         logits = self.actor(self.actor_body(x))
-        logits = torch.where(mask, logits, -1e8)  # D1: exp(-1e8) is 0 in float32; a mask of no valid action: uniform
+        logits = torch.where(mask, logits, -1e8)  # D1: exp(-1e8) is 0 in float32; a mask allowing nothing: uniform draws
         probs = [Categorical(logits=part, validate_args=False) for part in logits.split(self.nvec, dim=1)]  # D2
         if action is None:
             action = torch.stack([p.sample() for p in probs], dim=1)

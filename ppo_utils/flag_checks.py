@@ -8,6 +8,7 @@ import importlib
 import os
 import sysconfig
 import traceback
+import warnings
 from dataclasses import fields
 from typing import NamedTuple
 
@@ -324,7 +325,9 @@ def envpool_task(env_id):
     try:
         import envpool
 
-        space = envpool.make_spec(env_id).observation_space
+        with warnings.catch_warnings():  # gymnasium's notes on the float32 bounds of envpool's classic-control specs
+            warnings.simplefilter("ignore")
+            space = envpool.make_spec(env_id).observation_space
     except Exception:  # not installed, or not one of envpool's ids (its registry raises its own errors)
         return False
     return isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces
@@ -332,7 +335,7 @@ def envpool_task(env_id):
 
 def check_flat(env_id, observation_space):
     """ppo_masked.py's D3 flattens every entry of a dict observation but its action mask with gymnasium's flatten: an
-    entry it cannot flatten (a Text, Graph or Sequence space, of no fixed size) is ArgError, naming it."""
+    entry it cannot flatten (a Graph or Sequence space, of no fixed size) is ArgError, naming it."""
     for key, space in observation_space.items():
         try:
             gym.spaces.flatdim(space)

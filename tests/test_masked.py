@@ -544,14 +544,11 @@ def test_a_joint_mask_is_reduced_per_component_by_any():
     assert flat.shape == (2, 100 + 400 + 16)  # grid, the step count one-hot, the tetromino: the mask is not an input
 
 
-@pytest.mark.xfail(strict=True, raises=(AssertionError, RuntimeError), reason="ppo_masked.observe passes a gymnasium "
-                   "env's int8 MultiBinary mask on as int8, and torch.where in get_action_and_value refuses it")  # fmt: skip
 def test_a_gymnasium_multibinary_mask_reaches_the_agent_as_booleans():
     """A gymnasium env's action_mask, as its MultiBinary space makes it, is int8 (envpool's tasks give booleans): the
-    agent must get it as booleans, and get_action_and_value must draw only the valid actions. ppo_masked.observe hands
-    the int8 array on as it is, and torch.where(mask, ...) raises "where expected condition to be a boolean tensor"
-    (a run on such an env stops with a traceback at its first step). strict: once observe converts the mask, this
-    passes, and the mark must go."""
+    agent must get it as booleans, and get_action_and_value must draw only the valid actions. Handed on as int8,
+    torch.where(mask, ...) raises "where expected condition to be a boolean tensor" (a run on such an env stopped with a
+    traceback at its first step before observe converted it)."""
     space = Dict({"x": Box(-1, 1, (2,), np.float32), "action_mask": MultiBinary(3)})
     obs = {
         "x": np.zeros((2, 2), np.float32),
@@ -605,11 +602,6 @@ BAD_INPUTS = [  # (flags, what the one line must name)
 ]
 
 
-# gymnasium's warnings that envpool's spec of a classic-control id prints on stderr (a line and its source line): the
-# fault test_checking_an_env_id_prints_no_warning records; the subprocess test below lets these two lines through only
-ENVPOOL_SPEC_WARNINGS = ("precision lowered by casting to float32", "gym.logger.warn(")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("flags,named", BAD_INPUTS, ids=[" ".join(flags) for flags, _ in BAD_INPUTS])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, flags, named):
@@ -617,7 +609,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, flags, named):
     space (names the continuous script), an env without an action mask under --mask-actions (names --no-mask-actions
     and ppo.py), a dict observation with an entry the flattening cannot take (a Sequence; names the entry), an envpool
     task with --vector-env sync (names --vector-env envpool). Each exits non-zero with one line "error: ..." on stderr
-    naming the fix (besides it, only gymnasium's warnings of ENVPOOL_SPEC_WARNINGS), and leaves no runs/ folder. Fails
+    naming the fix, and leaves no runs/ folder. Fails
     where a check is missing (the run starts, or dies later with a traceback) or its message does not say what to do."""
     pytest.importorskip("envpool")  # the env id check asks envpool first; without it Knapsack-v1 is no task
     (tmp_path / f"{PROBE_MODULE}.py").write_text(PROBE_ENVS)
@@ -625,24 +617,17 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, flags, named):
     assert result.returncode != 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    lines = [line for line in lines if not any(warning in line for warning in ENVPOOL_SPEC_WARNINGS)]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert all(part in lines[0] for part in named), lines[0]
     assert not (tmp_path / "runs").exists()
 
 
 @needs("envpool")
-@pytest.mark.xfail(
-    strict=True,
-    reason="flag_checks.envpool_task builds envpool's observation space of any id envpool knows (CartPole-v1, "
-    "Pendulum-v1), whose float64 Box bounds make gymnasium warn on stderr: two more lines above the one-line error",
-)
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_checking_an_env_id_prints_no_warning(env_id):
     """Every script's env id check asks envpool_task whether the id is one of envpool's masked tasks; for a gymnasium id
     that envpool also knows, the answer (False) must come without a warning, or a one-line error comes with gymnasium's
-    "Box high's precision lowered by casting to float32" lines above it. strict: once the check is silent, this passes,
-    and the mark (and ENVPOOL_SPEC_WARNINGS above) must go."""
+    "Box high's precision lowered by casting to float32" lines above it."""
     from ppo_utils.flag_checks import envpool_task
 
     with warnings.catch_warnings(record=True) as caught:
