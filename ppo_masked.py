@@ -471,5 +471,7 @@ def train(args: Args, stop_signals=()):
 
 
 if __name__ == "__main__":
+    from ppo_utils.run import HELP  # the help's first line: what its ids and "the reference" are
+
     # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
-    main(tyro.cli(Args), train, make_envs, Agent, act)
+    main(tyro.cli(Args, description=HELP), train, make_envs, Agent, act)

@@ -53,7 +53,8 @@ def test_contract_flag_exists_parses_and_names_its_detail(name, flag, detail):
 
 
 # the scripts whose help starts with what its ids and "the reference" are
-HELP_SCRIPTS = ["ppo", "ppo_atari", "ppo_continuous_action", "ppo_continuous_action_seeds", "ppo_rnn", "ppo_rnn_continuous_action"]
+HELP_SCRIPTS = ["ppo", "ppo_masked", "ppo_atari", "ppo_continuous_action", "ppo_continuous_action_seeds", "ppo_rnn",
+                "ppo_rnn_continuous_action"]
 
 
 @pytest.mark.parametrize("name", HELP_SCRIPTS)
