@@ -239,6 +239,8 @@ def check_restorable(checkpoint, flag, path, agent, optimizer, env_stats, same_c
                 f"(--env-id {checkpoint['args']['env_id']}) is {tuple(tensor.shape)}: its flags were changed after it "
                 "was written; use another checkpoint"
             )
+    if not all(torch.isfinite(tensor).all() for tensor in model.values()):  # the NaN guard never saves one
+        raise damaged(flag, path, "weights that are NaN or infinite")
     if optimizer is not None:
         check_optimizer_state(checkpoint, flag, path, agent, optimizer)
     if not isinstance(checkpoint["env_stats"], dict):
@@ -278,6 +280,8 @@ def check_optimizer_state(checkpoint, flag, path, agent, optimizer):
         moments = [entry.get(name) for name in ("exp_avg", "exp_avg_sq")]
         if not all(isinstance(m, torch.Tensor) and m.shape == parameters[i].shape for m in moments):
             raise damaged(flag, path, "Adam moments of other shapes than the network's parameters")
+        if not all(torch.isfinite(m).all() for m in moments):
+            raise damaged(flag, path, "Adam moments that are NaN or infinite")
 
 
 def script_as_started(script):

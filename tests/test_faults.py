@@ -382,6 +382,8 @@ def edited(checkpoint):
         "num_envs a bool": lambda c: c["args"].update(num_envs=True),
         "vector_env not one of its choices": lambda c: c["args"].update(vector_env="threads"),
         "a later format": lambda c: c.update(format=2),
+        "a NaN weight": lambda c: c["model"]["actor_mean.weight"].view(-1)[3].fill_(float("nan")),
+        "an infinite Adam moment": lambda c: c["optimizer"]["state"][0]["exp_avg_sq"].view(-1)[0].fill_(float("inf")),
     }
     return edits[checkpoint]
 
@@ -403,8 +405,10 @@ DAMAGED = [
     ("num_envs a bool", "holds --num-envs True, which is not int"),
     ("vector_env not one of its choices", "holds --vector-env 'threads', which is not Literal['sync', 'async']"),
     ("a later format", "was written by another version of this project (checkpoint format 2, where this one reads format 1)"),
+    ("a NaN weight", "holds weights that are NaN or infinite"),
+    ("an infinite Adam moment", "holds Adam moments that are NaN or infinite"),
 ]  # fmt: skip
-EVAL_UNCHECKED = {"step of another update", "num_envs 0", "no optimizer", "empty optimizer state"}
+EVAL_UNCHECKED = {"step of another update", "num_envs 0", "no optimizer", "empty optimizer state", "an infinite Adam moment"}
 
 
 ANNOTATED = [  # (a value in a checkpoint's flags, a flag's annotation, whether a run of that flag could have saved it)
