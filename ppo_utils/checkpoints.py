@@ -335,6 +335,12 @@ def resume_flags(args, world_size=None):
             f"--resume {args.resume}: the run finished all its {updates} updates (step {checkpoint['global_step']}); "
             f"nothing is left to train; play it with --eval-checkpoint {args.resume}"
         )
+    folder, run_name = os.path.dirname(args.resume) or ".", checkpoint["run_name"]
+    if os.path.basename(os.path.abspath(folder)) != run_name:  # the run writes in its folder: its logs, its agent.pt
+        raise ArgError(
+            f"--resume {args.resume} is a checkpoint of the run {run_name}, which would write into the folder {folder} "
+            f"of another run (or a renamed copy); resume it from a folder named {run_name}, e.g. runs/{run_name}/agent.pt"
+        )
     return args, checkpoint
 
 

@@ -51,7 +51,11 @@ ONE_LINE = [
     ("ppo_continuous_action", ["--resume", "saved/run/agent.pt"], "holds a run name or wandb id", {"run_name": "../../x"}),
     ("ppo_continuous_action", ["--resume", "saved/run/agent.pt"], "holds a run name or wandb id", {"wandb_id": "../x"}),
     ("ppo_continuous_action", ["--resume", "saved/run/agent.pt"], "finished all its 488 updates", {"iteration": 488}),
-]
+    # a checkpoint of the run "other" copied into the folder of the run "run": resumed, it would write over run's agent.pt
+    # and mix its scalars into run's events
+    ("ppo_continuous_action", ["--resume", "saved/run/agent.pt"], "is a checkpoint of the run other, which would write into "
+     "the folder saved/run of another run (or a renamed copy); resume it from a folder named other", {"run_name": "other"}),
+]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -454,17 +458,20 @@ def test_a_changed_checkpoint_is_one_line_and_leaves_its_run_folder_as_it_was(
 
 @pytest.mark.parametrize("unnumbered", [False, True], ids=["as written", "without its format"])
 def test_the_unchanged_checkpoint_of_that_table_resumes(saved_run, tmp_path, monkeypatch, unnumbered):
-    """The control of the table above: its checkpoint, unedited, resumes and finishes the run; so does one without its
-    format, as checkpoints were written before the format was numbered."""
+    """The control of the table above: its checkpoint, unedited, resumes and finishes the run in a copy of its folder
+    (of the same name: the folder is the run); so does one without its format, as checkpoints were written before the
+    format was numbered."""
     monkeypatch.chdir(tmp_path)
-    path = shutil.copytree(os.path.dirname(saved_run), tmp_path / "runs" / "copy") / "agent.pt"  # the others read it
+    name = os.path.basename(os.path.dirname(saved_run))
+    path = shutil.copytree(os.path.dirname(saved_run), tmp_path / "copy" / name) / "agent.pt"  # the others read it
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["iteration"] == 1 and checkpoint["format"] == 1
     if unnumbered:
         del checkpoint["format"]
         torch.save(checkpoint, path)
     result = cont.train(cont.Args(resume=str(path)))
-    assert torch.load(path, weights_only=True)["iteration"] == 2 and result["run_name"] == "copy"
+    assert torch.load(path, weights_only=True)["iteration"] == 2 and result["run_name"] == name
+    assert sorted(os.listdir(tmp_path)) == ["copy"]  # written in the copy alone
 
 
 def test_a_flag_typed_with_resume_is_refused_whatever_its_value(saved_run, tmp_path, monkeypatch, capsys):

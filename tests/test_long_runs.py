@@ -106,8 +106,9 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
         module.train(module.Args(resume=path))
 
     checkpoint["args"]["total_timesteps"] = steps * 3 // 2  # the same run with one update still to do
-    (tmp_path / "longer").mkdir()
-    torch.save(checkpoint, tmp_path / "longer" / "agent.pt")
+    longer = tmp_path / "longer" / checkpoint["run_name"]  # a copy of the run's folder, elsewhere
+    longer.mkdir(parents=True)
+    torch.save(checkpoint, longer / "agent.pt")
     restored = {}
 
     def restore_and_look(checkpoint, agent, optimizer, envs, rank, args):
@@ -118,12 +119,13 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
 
     restore = module.restore
     monkeypatch.setattr(module, "restore", restore_and_look)
-    resumed = module.train(module.Args(resume=str(tmp_path / "longer" / "agent.pt")))
-    assert resumed["run_name"] == "longer" and len(glob.glob(str(tmp_path / "runs" / "*"))) == 1  # wrote on in longer/
+    resumed = module.train(module.Args(resume=str(longer / "agent.pt")))
+    assert resumed["run_name"] == longer.name and glob.glob(str(longer / "events*"))  # wrote on in the copy
+    assert len(glob.glob(str(tmp_path / "runs" / "*"))) == 1
     for key, value in restored["model"].items():
         torch.testing.assert_close(value, checkpoint["model"][key], msg=key)
     assert restored["adam_steps"] == adam_steps(checkpoint["optimizer"]) and restored["adam_steps"][0] > 0
-    assert torch.load(tmp_path / "longer" / "agent.pt", weights_only=True)["iteration"] == 3  # its last update, saved
+    assert torch.load(longer / "agent.pt", weights_only=True)["iteration"] == 3  # its last update, saved
 
 
 def adam_steps(optimizer_state):
@@ -336,7 +338,9 @@ def test_norm_per_env_statistics_are_saved_restored_and_evaluated(tmp_path, monk
     assert not torch.equal(obs_rms[0]["mean"], obs_rms[1]["mean"])  # each env its own
 
     checkpoint["args"]["total_timesteps"] = 384  # one update still to do
-    torch.save(checkpoint, tmp_path / "agent.pt")
+    copy = tmp_path / "copy" / checkpoint["run_name"]  # the run's folder, copied
+    copy.mkdir(parents=True)
+    torch.save(checkpoint, copy / "agent.pt")
     restored = []
     restore = cont.restore
 
@@ -346,7 +350,7 @@ def test_norm_per_env_statistics_are_saved_restored_and_evaluated(tmp_path, monk
         return last_update
 
     monkeypatch.setattr(cont, "restore", restore_and_look)
-    cont.train(cont.Args(resume=str(tmp_path / "agent.pt")))
+    cont.train(cont.Args(resume=str(copy / "agent.pt")))
     for key in ("obs_rms", "return_rms"):
         for now, saved in zip(restored[0][key], checkpoint["env_stats"][key], strict=True):
             assert now["count"] == saved["count"] and torch.equal(now["mean"], saved["mean"])
