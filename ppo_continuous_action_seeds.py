@@ -25,13 +25,12 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
-from ppo_utils.checkpoints import Update, resume_command
+from ppo_utils.checkpoints import Update
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes
-from ppo_utils.flag_checks import FLAG_RULES, ArgError, check_args
-from ppo_utils.run import STOPPED, Run, main
-from ppo_utils.seeds import agent_args, agent_infos, agent_state, check_finite, restore_agents, resume_agents
-from ppo_utils.seeds import stop_after_failure
+from ppo_utils.flag_checks import ArgError, check_args
+from ppo_utils.seeds import agent_infos, agent_runs, agent_state, check_finite, end_update, finish_agents, log_update
+from ppo_utils.seeds import check_seeds, main, restore_agents, resume_agents
 
 
 @dataclass
@@ -143,20 +142,8 @@ class SeedsArgs(Args):
     script: ClassVar[str] = os.path.basename(__file__)
 
     def check(self, world_size: int, kind: str):
-        """Args.check, after the batched script's own rules: distinct seeds in numpy's range, one process, wandb for one
-        run."""
-        in_range, fix = FLAG_RULES["seed"]
-        for seed in self.seeds:
-            if not in_range(seed):
-                raise ArgError(f"--seeds {seed}: {fix}")
-        if not self.seeds or len(set(self.seeds)) < len(self.seeds):
-            raise ArgError(f"--seeds {' '.join(map(str, self.seeds))}: pass one or more distinct seeds")
-        if world_size > 1:
-            raise ArgError(f"{self.script} trains its agents in one process; for torchrun (X2) use ppo_continuous_action.py")
-        if self.track and len(self.seeds) > 1:
-            raise ArgError(
-                "--track sends one run per process to wandb; pass one seed, or `wandb sync` the runs' folders later"
-            )
+        """Args.check, after the batched script's own rules (check_seeds: distinct seeds, one process, wandb for one run)."""
+        check_seeds(self, world_size)
         super().check(world_size, kind)
 
 
@@ -551,9 +538,7 @@ def train(args: SeedsArgs, stop_signals=()):
     check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
     _, _, device = distributed_setup(args.cuda)
     num_agents = len(args.seeds)
-    paths = args.resume or [None] * num_agents
-    runs = [Run(agent_args(args, Args, seed, path), resumed_from=checkpoint, rank=0, world_size=1, stop_signals=stop_signals)
-            for seed, checkpoint, path in zip(args.seeds, checkpoints, paths)]  # fmt: skip
+    runs = agent_runs(args, Args, checkpoints, stop_signals)  # each agent's folder, logs and checkpoints
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
     if args.torch_threads > 0:
@@ -668,15 +653,11 @@ def train(args: SeedsArgs, stop_signals=()):
                 scalars["charts/update_epochs"] = stats["epochs"][i]  # X3: the epochs run before the KL stopped the update
             scalars |= {key: value[i] for key, value in losses.items()}
             scalars["losses/explained_variance"] = explained_var
-            run.log.write(global_step, scalars)  # with the episodes that ended and the SPS
-            run.finish_update(iteration, global_step, kl_beta[i])  # a checkpoint every --checkpoint-interval updates
-        if failed:
-            stop_after_failure(runs, failed)  # saves the other agents' checkpoints, closes their runs, names the failed
+            log_update(run, global_step, scalars)  # with the episodes that ended and the SPS; the progress line names the seed
+            run.finish_update(iteration, global_step, kl_beta[i])  # notes the update its checkpoint is to save
+        end_update(runs, iteration, failed, args.script)  # the agents' checkpoints, as one set; after a NaN, the others'
 
-    for run in runs:
-        run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
-    if runs[0].stopping:  # each run said how it continues alone; this continues them together
-        print(f"{STOPPED} {resume_command(args.script, [run.checkpoints.path for run in runs], 1, 1)}")
+    finish_agents(runs, args.script)  # the last checkpoints (--save-model, after a signal), says where it all is
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
     returns, sps, names = [run.log.episodic_returns for run in runs], [run.log.sps for run in runs], [run.name for run in runs]
     return {"agent": agent, "run_name": names, "episodic_returns": returns, "rollout": rollout, "sps": sps}

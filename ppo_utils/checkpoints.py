@@ -106,28 +106,79 @@ def new_run_folder(name):
 
 
 def save_checkpoint(path, checkpoint):
-    """Writes `checkpoint` (a dict with CHECKPOINT_KEYS) durably: to a temporary file, flushed to disk, renamed over
-    `path`, then the rename flushed too, so that a crash or a power cut at any point leaves the old checkpoint or the
-    new one, never a torn file. Where the disk refuses (full, read-only), the temporary file is removed and
-    CheckpointError says so; the old checkpoint is untouched."""
+    """Writes `checkpoint` (a dict with CHECKPOINT_KEYS) durably: save_checkpoints of one."""
+    save_checkpoints([path], [checkpoint])
+
+
+def save_checkpoints(paths, checkpoints):
+    """Writes each checkpoint durably over its path, all of them as one set (ppo_continuous_action_seeds.py's agents):
+    each to its temporary file path.tmp, flushed to disk, and only once all are there, each renamed over its path, then
+    the renames flushed too. A crash or a power cut before the first rename leaves the old set; one between two renames
+    leaves the rest of the new set complete in the .tmp files, which finish_interrupted_set renames on --resume; never a
+    torn file. Where the disk refuses (full, read-only) before the renames, the temporary files are removed and
+    CheckpointError says so; the old checkpoints are untouched."""
+    renamed = 0
     try:
-        content = io.BytesIO()
-        torch.save(checkpoint, content)  # in memory first: a full disk is then the OSError of a write, not torch's
-        with open(path + ".tmp", "wb") as f:
-            f.write(content.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
-        folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        for path, checkpoint in zip(paths, checkpoints):
+            content = io.BytesIO()
+            torch.save(checkpoint, content)  # in memory first: a full disk is then the OSError of a write, not torch's
+            with open(path + ".tmp", "wb") as f:
+                f.write(content.getbuffer())
+                f.flush()
+                os.fsync(f.fileno())
+        for path in paths:
+            os.replace(path + ".tmp", path)
+            renamed += 1
+        flush_folders(paths)
+    except OSError as e:
+        for other in paths if not renamed else []:  # once one is renamed, the others' new ones finish the set on --resume
+            try:
+                os.remove(other + ".tmp")
+            except OSError:  # not written, or a disk that refuses this too
+                pass
+        kept = [other for other in paths if os.path.exists(other)]
+        last = f"the last good one stays: {kept[0]}" if len(kept) == 1 else f"the last good ones stay: {' '.join(kept)}"
+        raise CheckpointError(
+            f"could not write the checkpoint {path} ({e.strerror or e}); {last if kept else 'none was written before'}"
+        ) from None
+
+
+def flush_folders(paths):
+    """Flushes to disk the folders that hold `paths`: a rename is an entry of its folder."""
+    for folder in dict.fromkeys(os.path.dirname(path) or "." for path in paths):
+        folder = os.open(folder, os.O_RDONLY)
         try:
-            os.fsync(folder)  # the rename is an entry of the folder
+            os.fsync(folder)
         finally:
             os.close(folder)
-    except OSError as e:
-        if os.path.lexists(path + ".tmp"):
-            os.remove(path + ".tmp")
-        last = f"the last good one stays: {path}" if os.path.exists(path) else "none was written before"
-        raise CheckpointError(f"could not write the checkpoint {path} ({e.strerror or e}); {last}") from None
+
+
+def finish_interrupted_set(paths):
+    """--resume of several runs' checkpoints written as one set (save_checkpoints): where the writing process died
+    between two renames, so that some are of a later update than the others, renames into place the later update's
+    checkpoints complete in the others' .tmp files. Returns the paths it completed (none where the set is whole, or
+    where what is there is not such a set, which the checks of --resume then name)."""
+
+    def update_of(path):
+        try:
+            update = torch.load(path, map_location="cpu", weights_only=True)["iteration"]
+        except Exception:  # missing, a folder, torn, foreign: --resume's own checks say what it is
+            return None
+        return update if isinstance(update, int) else None
+
+    updates = [update_of(path) for path in paths]
+    if None in updates or len(set(updates)) == 1:
+        return []
+    behind = [path for path, update in zip(paths, updates) if update != max(updates)]
+    if not all(update_of(path + ".tmp") == max(updates) for path in behind):
+        return []
+    try:
+        for path in behind:
+            os.replace(path + ".tmp", path)
+        flush_folders(behind)
+    except OSError:  # a folder that cannot be written: --resume names it
+        return []
+    return behind
 
 
 def load_checkpoint(path, flag, args):
@@ -437,26 +488,27 @@ class Checkpoints:
 
     def save(self, agent, optimizer, last_update: Update, wandb_id):
         """Writes the checkpoint of the finished update `last_update` with the kept state."""
+        save_checkpoint(self.path, self.content(agent, optimizer, last_update, wandb_id))
+
+    def content(self, agent, optimizer, last_update: Update, wandb_id):
+        """The checkpoint of the finished update `last_update` with the kept state, as save() writes it."""
         optimizer = optimizer.state_dict()  # its param_groups are copies
         for group, lr in zip(optimizer["param_groups"], self.kept["lr"]):
             group["lr"] = lr  # G6 may have annealed it for the rollout the stop dropped
-        save_checkpoint(
-            self.path,
-            {
-                "script": self.args.script,
-                "model": agent.state_dict(),
-                "optimizer": optimizer,
-                "env_stats": self.kept["env_stats"],
-                "rng": self.kept["rng"],
-                "args": asdict(self.args),
-                "run_name": self.name,
-                "iteration": last_update.iteration,
-                "global_step": last_update.global_step,
-                "kl_beta": last_update.kl_beta,
-                "wandb_id": wandb_id,
-                "format": CHECKPOINT_FORMAT,
-                "world_size": self.world_size,  # X2: a resumed run must have as many processes
-                "local_world_size": processes_per_machine(),
-                "torchrun_job": os.environ.get("TORCHELASTIC_RUN_ID") if self.world_size > 1 else None,  # its restarts
-            },
-        )
+        return {
+            "script": self.args.script,
+            "model": agent.state_dict(),
+            "optimizer": optimizer,
+            "env_stats": self.kept["env_stats"],
+            "rng": self.kept["rng"],
+            "args": asdict(self.args),
+            "run_name": self.name,
+            "iteration": last_update.iteration,
+            "global_step": last_update.global_step,
+            "kl_beta": last_update.kl_beta,
+            "wandb_id": wandb_id,
+            "format": CHECKPOINT_FORMAT,
+            "world_size": self.world_size,  # X2: a resumed run must have as many processes
+            "local_world_size": processes_per_machine(),
+            "torchrun_job": os.environ.get("TORCHELASTIC_RUN_ID") if self.world_size > 1 else None,  # its restarts
+        }

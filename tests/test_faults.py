@@ -215,6 +215,48 @@ def test_a_full_disk_during_a_run_is_one_line_with_the_command_that_continues_it
     assert torch.load(f"{folder}/agent.pt", weights_only=True)["iteration"] == 1
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("full_at", [2, 1], ids=["a later set", "the first set"])
+def test_a_full_disk_while_the_agents_checkpoints_are_written_is_one_line_that_continues_them_all(
+    tmp_path, monkeypatch, capsys, full_at
+):
+    """ppo_continuous_action_seeds.py: seed 3's checkpoint of update `full_at` is written, seed 5's finds the disk full.
+    The agents' checkpoints stay a set (all of the last update written, or none), and the one line names them and the
+    command that continues them all with this script, or says that none was written."""
+    seeds_script = load_script("ppo_continuous_action_seeds")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo_continuous_action_seeds.py"])
+    real_save = torch.save
+
+    def fills_the_disk(obj, f):
+        if obj["iteration"] == full_at and obj["args"]["seed"] == 5:
+            raise OSError(28, "No space left on device")
+        real_save(obj, f)
+
+    monkeypatch.setattr(checkpoints.torch, "save", fills_the_disk)
+    args = seeds_script.SeedsArgs(**PENDULUM, seeds=(3, 5), total_timesteps=64 * 3, checkpoint_interval=1)
+    with pytest.raises(SystemExit) as stop:
+        seeds_script.main(args, seeds_script.train, seeds_script.make_envs, seeds_script.Agent)
+    lines = capsys.readouterr().err.strip().splitlines()
+    folders = [glob.glob(f"runs/*__{seed}__*")[0] for seed in (3, 5)]
+    paths = [f"{folder}/agent.pt" for folder in folders]
+    assert stop.value.code == 1 and len(lines) == 1, lines
+    if full_at == 1:
+        assert lines[0] == (
+            f"error: could not write the checkpoint {paths[1]} (No space left on device); none was written before; "
+            "start the run again once there is room"
+        )
+        assert not glob.glob("runs/*/agent.pt")
+    else:
+        assert lines[0] == (
+            f"error: could not write the checkpoint {paths[1]} (No space left on device); the last good ones stay: "
+            f"{paths[0]} {paths[1]}; once there is room, continue with: python ppo_continuous_action_seeds.py --resume "
+            f"{paths[0]} {paths[1]}"
+        )
+        assert [torch.load(path, weights_only=True)["iteration"] for path in paths] == [1, 1]
+    assert not glob.glob("runs/*/*.tmp")
+
+
 def test_the_resume_command_is_quoted_and_names_the_script_as_started(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["../ppo/ppo_continuous_action.py", "--exp-name", "my run"])
     command = checkpoints.resume_command("ppo_continuous_action.py", "runs/Hopper-v5__my run__1__7/agent.pt", 1, 1)

@@ -263,6 +263,126 @@ def test_the_nan_guard_names_the_agent_and_saves_the_others(tmp_path, monkeypatc
     assert torch.load(doomed, weights_only=True)["iteration"] == 5
     for path in (healthy, doomed):
         assert all(torch.isfinite(v).all() for v in torch.load(path, weights_only=True)["model"].values())
+    # one printed command continues the set that is left: the healthy agent, without the one that failed
+    assert f"the last good one: {doomed};" in str(error.value)
+    command = f"python ppo_continuous_action_seeds.py --resume {healthy}"
+    assert str(error.value).endswith(f"; the other agents saved this update; continue them without seed 5 with: {command}")
+    seeds_script.train(seeds_script.SeedsArgs(resume=(healthy,)))
+    assert torch.load(healthy, weights_only=True)["iteration"] == 16  # 2048 steps of 128
+
+
+def nan_in(path, name):
+    """Puts a NaN into the parameter `name` of the checkpoint at `path` (one diverged after it was written, or edited)."""
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["model"][name].view(-1)[0] = float("nan")
+    torch.save(checkpoint, path)
+
+
+QUICK = dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2, update_epochs=1, compile=False)
+
+
+def left_on_disk(folder):
+    """Every path under `folder` with its size and time of change: a write into any file shows."""
+    found = {}
+    for d, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(d, name)
+            found[os.path.relpath(path, folder)] = (os.path.getsize(path), os.path.getmtime(path))
+    return found
+
+
+@pytest.mark.slow
+def test_a_checkpoint_holding_a_nan_is_refused_before_any_agent_trains(tmp_path, monkeypatch, capsys):
+    """A set whose seed 5 checkpoint holds a NaN weight: one line names that file, nothing is trained or written (the
+    set stays the one command that continues it once the file is replaced); no NaN update, no "last good one" that is
+    not."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo_continuous_action_seeds.py"])
+    seeds_script.train(seeds_script.SeedsArgs(seeds=SEEDS, total_timesteps=64, **QUICK))
+    paths = [glob.glob(f"runs/*__{seed}__*/agent.pt")[0] for seed in SEEDS]
+    for path in paths:  # one more update to train
+        checkpoint = torch.load(path, weights_only=True)
+        checkpoint["args"]["total_timesteps"] = 128
+        torch.save(checkpoint, path)
+    nan_in(paths[1], "actor_mean.weight")
+    before = left_on_disk(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ppo_continuous_action_seeds.py", "--resume", *paths])
+    args = seeds_script.SeedsArgs(resume=tuple(paths))
+    with pytest.raises(SystemExit) as end:
+        seeds_script.main(args, seeds_script.train, seeds_script.make_envs, seeds_script.Agent)
+    assert end.value.code == 1 and capsys.readouterr().err.splitlines() == [
+        f"error: --resume {paths[1]} holds weights that are NaN or infinite: it was changed after it was written; use "
+        "another checkpoint"
+    ]
+    assert left_on_disk(tmp_path) == before
+
+
+# kills the seeds script (SIGKILL: nothing of its own runs) at the n-th call of os.replace or os.fsync on an agent's
+# checkpoint file, then lets it run as started
+KILLED_AT = """
+import os, runpy, signal, sys
+calls, real = [], getattr(os, {call!r})
+def then_killed(*args):
+    name = os.readlink(f"/proc/self/fd/{{args[0]}}") if isinstance(args[0], int) else str(args[-1])
+    if "agent.pt" in name:
+        calls.append(name)
+        if len(calls) == {n}:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args)
+setattr(os, {call!r}, then_killed)
+sys.argv, sys.path[0] = [{script!r}, *{flags!r}], os.path.dirname({script!r})  # as `python script` starts it
+runpy.run_path({script!r}, run_name="__main__")
+"""
+# three agents, four updates of 64 Pendulum steps, a checkpoint of every update
+KILL_FLAGS = ["--seeds", "1", "2", "3", "--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2",
+              "--update-epochs", "1", "--total-timesteps", "256", "--checkpoint-interval", "1", "--no-compile"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("call", ["replace", "fsync"], ids=["between two renames", "between two writes"])
+def test_a_kill_while_the_agents_checkpoints_are_written_leaves_a_set_that_resumes_together(tmp_path, call):
+    """SIGKILL in the middle of writing update 2's checkpoints of three agents, once update 1's were written whole: at
+    the fifth rename of an agent.pt file (agent 1's of update 2 in place, agent 2's and 3's not yet), or at its fifth
+    flush to disk (before agent 2's is on disk). The joint --resume of the three continues them together, each run one
+    continuous log (every update once, its learning rate going on) to the end."""
+    script = str(ROOT / "ppo_continuous_action_seeds.py")
+    code = KILLED_AT.format(call=call, n=5, script=script, flags=KILL_FLAGS)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    paths = [
+        os.path.relpath(glob.glob(str(tmp_path / "runs" / f"*__{seed}__*" / "agent.pt"))[0], tmp_path) for seed in (1, 2, 3)
+    ]
+    result = subprocess.run([sys.executable, script, "--resume", *paths], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for path in paths:
+        assert torch.load(tmp_path / path, weights_only=True)["iteration"] == 4
+        run_dir = tmp_path / os.path.dirname(path)
+        assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [64, 128, 192, 256]
+        lrs = [value for _, value in read_scalars(run_dir, "charts/learning_rate")]
+        np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 4) for k in range(4)], rtol=1e-5)
+        assert not glob.glob(str(run_dir / "*.tmp"))
+
+
+@pytest.mark.slow
+def test_a_batched_run_says_each_agents_progress_and_one_command_that_continues_them(tmp_path, monkeypatch, capsys):
+    """Each progress line names its agent's seed; stopped by a signal, the run's last line is the one command that
+    continues all its agents (no per-agent ones beside it)."""
+    monkeypatch.chdir(tmp_path)
+    args = seeds_script.SeedsArgs(seeds=SEEDS, total_timesteps=128, **QUICK)
+    seeds_script.train(args)
+    progress = [line for line in capsys.readouterr().out.splitlines() if "SPS" in line]
+    assert [line.split("  SPS")[0] for line in progress] == ["seed 3: step 128/128", "seed 5: step 128/128"]
+    (tmp_path / "stopped").mkdir()
+    monkeypatch.chdir(tmp_path / "stopped")
+    seeds_script.train(args, [signal.SIGTERM])  # a stop asked for before the first env step
+    out = capsys.readouterr().out.splitlines()
+    paths = [glob.glob(f"runs/*__{seed}__*/agent.pt")[0] for seed in SEEDS]
+    assert [line for line in out if "continue" in line] == [
+        f"{STOPPED} python ppo_continuous_action_seeds.py --resume {paths[0]} {paths[1]}"
+    ]
+    assert out[-1].startswith(STOPPED)
 
 
 @pytest.mark.slow
