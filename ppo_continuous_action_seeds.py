@@ -134,10 +134,14 @@ class Args:
 
 
 @dataclass
-class SeedsArgs(Args):
+class Seeds:  # a base of SeedsArgs, so that --seeds comes first in --help
     seeds: tuple[int, ...] = (1,)  # one agent per seed (agent i: ppo_continuous_action.py --seed seeds[i]), in 0 .. 2**32 - 1
-    resume: tuple[str, ...] = ()  # continue the runs in these agent.pt files (one per seed, with the same flags and counters)
-    eval_checkpoint: str | None = None  # an agent.pt to play: each agent is a run of ppo_continuous_action.py, which plays it
+
+
+@dataclass
+class SeedsArgs(Args, Seeds):
+    resume: tuple[str, ...] | None = None  # continue the runs in these agent.pt files (one per seed, same flags and update)
+    eval_checkpoint: str | None = None  # play this agent.pt (of one agent) as ppo_continuous_action.py plays it; --seeds: one
 
     script: ClassVar[str] = os.path.basename(__file__)
 

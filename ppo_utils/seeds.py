@@ -1,10 +1,12 @@
 """The run plumbing of ppo_continuous_action_seeds.py, which trains one agent per seed in one process and makes each an
 ordinary run of ppo_continuous_action.py: each agent's flags, what its checkpoint keeps of the process's shared state
 (its own random streams, its rows of the M1/M3 statistics), the agents' checkpoints written as one set, --resume of
-several checkpoints at once, each agent's part of a vector env step's infos, and what the runs say (each progress line
-its seed, one command that continues them all). It decides no PPO detail."""
+several checkpoints at once, each agent's part of a vector env step's infos, what the runs say (each progress line its
+seed, one command that continues them all), and --eval-checkpoint, which plays an agent as the run of
+ppo_continuous_action.py that it is. It decides no PPO detail."""
 
 import contextlib
+import importlib.util
 import io
 import os
 import random
@@ -24,8 +26,28 @@ from .run import STOPPED, NonFiniteError, Run
 
 
 def main(args, train, make_envs, Agent, act=None):
-    """ppo_utils.run.main for ppo_continuous_action_seeds.py, whose batched agents no act() plays."""
-    run_module.main(args, train, make_envs, Agent, act)
+    """ppo_utils.run.main for ppo_continuous_action_seeds.py: trains the agents (no act: a batched agent is played by no
+    evaluation); --eval-checkpoint plays an agent's checkpoint with ppo_continuous_action.py's evaluation (its envs, its
+    network, its act), for each agent is a run of that script (with --resume too, run.main refuses the pair in one line)."""
+    if not args.eval_checkpoint or args.resume:
+        return run_module.main(args, train, make_envs, Agent, act)
+    if len(args.seeds) > 1:
+        print("error: --eval-checkpoint plays one agent with one seed; pass one --seeds, or none (seed 1)", file=sys.stderr)
+        sys.exit(1)
+    single = single_script()
+    one = single.Args(**common_flags(args, single.Args), seed=args.seeds[0])
+    run_module.main(one, single.train, single.make_envs, single.Agent, single.act)
+
+
+def single_script():
+    """The module of ppo_continuous_action.py, the script beside ppo_utils/ whose run each agent is."""
+    if "ppo_continuous_action" not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ppo_continuous_action.py")
+        spec = importlib.util.spec_from_file_location("ppo_continuous_action", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ppo_continuous_action"] = module  # its dataclasses look themselves up there
+        spec.loader.exec_module(module)
+    return sys.modules["ppo_continuous_action"]
 
 
 def check_seeds(args, world_size):

@@ -386,6 +386,36 @@ def test_a_batched_run_says_each_agents_progress_and_one_command_that_continues_
 
 
 @pytest.mark.slow
+def test_eval_checkpoint_plays_an_agent_the_batched_script_saved(tmp_path):
+    """The finished run's last line is a command that plays one of its agents; it plays it as ppo_continuous_action.py
+    plays it (an agent is a run of that script): the same episodes, the same returns."""
+    flags = ["--seeds", "3", "5", "--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2",
+             "--total-timesteps", "128", "--no-compile"]  # fmt: skip
+    trained = run_script("ppo_continuous_action_seeds", *flags, cwd=tmp_path, timeout=300)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    command = trained.stdout.strip().splitlines()[-1]
+    (path,) = glob.glob("runs/*__3__*/agent.pt", root_dir=tmp_path)
+    assert command == f"evaluate one with: python {ROOT / 'ppo_continuous_action_seeds.py'} --eval-checkpoint {path}"
+    played = run_script("ppo_continuous_action_seeds", "--eval-checkpoint", path, "--eval-episodes", "2", cwd=tmp_path)
+    theirs = run_script("ppo_continuous_action", "--eval-checkpoint", path, "--eval-episodes", "2", cwd=tmp_path)
+    assert played.returncode == 0 and theirs.returncode == 0, played.stderr[-3000:]
+    said = [line for line in played.stdout.splitlines() if line.startswith("eval ")]
+    assert (
+        len(said) == 1
+        and "mean return" in said[0]
+        and said == [line for line in theirs.stdout.splitlines() if line.startswith("eval ")]
+    )
+
+
+def test_help_lists_seeds_first_and_resume_without_an_empty_default():
+    result = run_script("ppo_continuous_action_seeds", "--help", cwd=ROOT, timeout=120)
+    flags = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("│ --")]
+    assert flags[0] == "--seeds", flags[:3]
+    resume = result.stdout[result.stdout.index("│ --resume") :].split("│ --", 2)[1]
+    assert "(default: None)" in " ".join(resume.replace("│", " ").split()), resume
+
+
+@pytest.mark.slow
 def test_capture_video_records_each_agents_env_0_in_its_own_run_folder(tmp_path):
     flags = ["--env-id", "InvertedPendulum-v5", "--seeds", "3", "5", "--total-timesteps", "2048", "--no-compile"]
     result = run_script("ppo_continuous_action_seeds", *flags, "--capture-video", cwd=tmp_path, timeout=300)
