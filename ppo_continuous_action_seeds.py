@@ -668,5 +668,7 @@ def train(args: SeedsArgs, stop_signals=()):
 
 
 if __name__ == "__main__":
+    from ppo_utils.run import HELP  # the help's first line: what its ids and "the reference" are
+
     # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
-    main(tyro.cli(SeedsArgs), train, make_envs, Agent)
+    main(tyro.cli(SeedsArgs, description=HELP), train, make_envs, Agent)

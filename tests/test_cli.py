@@ -138,7 +138,7 @@ BAD_INPUTS = [
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--seeds", "2"], "drop --seeds"),
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "hopper.pt"], "seed 1"),
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--learning-rate", "0.1"], "--learning-rate"),
-    ("ppo_continuous_action_seeds", ["--eval-checkpoint", "hopper.pt"], "load it with that script"),
+    ("ppo_continuous_action_seeds", ["--eval-checkpoint", "hopper.pt"], "holds a model that is not a set of named tensors"),
     ("ppo", ["--env-id", "Pendulum-v1"], "use ppo_continuous_action.py"),
     ("ppo", ["--env-id", "BreakoutNoFrameskip-v4"], "use ppo_atari.py"),
     ("ppo", ["--env-id", "Knapsack-v1"], "use ppo_masked.py"),
