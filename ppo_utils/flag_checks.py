@@ -321,7 +321,11 @@ def check_env_id(env_id, env_kinds):
 
 def envpool_task(env_id):
     """Whether `env_id` is one of envpool's tasks whose dict observations hold an action mask (its Jumanji tasks), which
-    it makes itself (--vector-env envpool), not gymnasium; False where envpool is not installed."""
+    it makes itself (--vector-env envpool), not gymnasium; False where envpool is not installed. An id gymnasium knows
+    (or one of one's own module) is gymnasium's: envpool is not even imported for it (with envpool imported, a run whose
+    video met a full disk printed gymnasium's "Unable to save last video" at its exit, despite the filter for it)."""
+    if ":" in env_id or env_id in gym.registry:
+        return False
     try:
         import envpool
 

@@ -551,43 +551,6 @@ def test_messages_name_what_the_user_gave(tmp_path, case):
     assert left_on_disk(tmp_path) == before
 
 
-@pytest.mark.slow
-def test_a_run_folder_takes_one_process_at_a_time_and_a_killed_ones_lock_goes_with_it(saved_run, tmp_path):
-    """Two --resume of one checkpoint at once: the second is refused in one line and writes nothing; once the first is
-    killed (SIGKILL: no handler runs), its lock is gone and the run resumes."""
-    folder = tmp_path / "runs" / os.path.basename(os.path.dirname(saved_run))
-    folder.mkdir(parents=True)
-    checkpoint = torch.load(saved_run, weights_only=True)
-    checkpoint["args"]["total_timesteps"] = 10**8  # a run that goes on until it is killed
-    torch.save(checkpoint, folder / "agent.pt")
-    path = str(folder / "agent.pt")
-
-    def resume():
-        command = [sys.executable, str(ROOT / "ppo_continuous_action.py"), "--resume", path]
-        process = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-        first_line = process.stdout.readline()
-        return process, first_line
-
-    first, started = resume()
-    try:
-        assert started.startswith("resumed "), started
-        before = left_on_disk(folder)
-        second = run_script("ppo_continuous_action", "--resume", path, cwd=tmp_path, timeout=120)
-        assert second.returncode == 1 and second.stderr.strip().splitlines() == [
-            f"error: --resume {path}: another process is training this run now (it holds the run folder {folder}); "
-            "let it finish or stop it (its checkpoint is then the one to resume)"
-        ]
-        assert left_on_disk(folder) == before
-    finally:
-        first.kill()
-        first.communicate()
-    third, started = resume()
-    third.kill()
-    third.communicate()
-    assert started.startswith("resumed "), started
-
-
 @pytest.fixture
 def small_disk(tmp_path):
     """A file system of a few KB, mounted at tmp_path/disk (a tmpfs): mount(size) makes it, its writes fail with ENOSPC
