@@ -30,11 +30,19 @@ torch.set_num_threads(CORES_EACH)
 ROOT = Path(__file__).resolve().parent.parent  # on pytest's path (pyproject.toml), so the scripts find ppo_utils
 
 
-
 def pytest_collection_modifyitems(items):
     """The slow tests first (the order is stable otherwise), so that with several workers none starts last and tails
-    the run."""
+    the run. Where envpool is missing, the ppo_masked.py cases of the tests that run a script (in tmp_path) are skipped,
+    naming it: its tasks (its default, Knapsack-v1) are envpool's."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if importlib.util.find_spec("envpool") is None:
+        skip = pytest.mark.skip(
+            reason="ppo_masked.py's tasks are envpool's: needs envpool (in requirements.txt), not installed"
+        )
+        for item in items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if "ppo_masked" in (params.get("name"), params.get("script")) and "tmp_path" in item.fixturenames:
+                item.add_marker(skip)
 
 
 def load_script(name):
@@ -47,15 +55,22 @@ def load_script(name):
 
 
 def training_scripts():
-    """The scripts the shared tests run, a researcher's copied and changed ppo_*.py included: each ppo_*.py whose
-    checkpoints name the script itself (Args.script). ppo_continuous_action_seeds.py, whose agents' checkpoints are
+    """The scripts the shared tests run, a researcher's copied and changed ppo_*.py included: ppo.py and each ppo_*.py
+    whose checkpoints name the script itself (Args.script). ppo_continuous_action_seeds.py, whose agents' checkpoints are
     ppo_continuous_action.py's, is a variant with tests of its own (test_seeds.py)."""
-    return sorted(path.stem for path in ROOT.glob("ppo_*.py") if load_script(path.stem).Args.script == path.name)
+    paths = [ROOT / "ppo.py", *ROOT.glob("ppo_*.py")]
+    return sorted(path.stem for path in paths if path.exists() and load_script(path.stem).Args.script == path.name)
 
 
 SCRIPTS = training_scripts()
 FEED_FORWARD = [name for name in SCRIPTS if not hasattr(load_script(name).Agent, "initial_state")]  # no memory (B2)
 RECURRENT = [name for name in SCRIPTS if name not in FEED_FORWARD]
+
+
+def skipping(names, reasons):
+    """The script names as pytest parameters, each one that `reasons` names skipped with its reason: a shared test that
+    cannot drive that script says why in its parametrization."""
+    return [pytest.param(name, marks=pytest.mark.skip(reason=reasons[name])) if name in reasons else name for name in names]
 
 
 def continuous(script):
@@ -130,16 +145,22 @@ def as_script(script):
     return load_script(script) if isinstance(script, str) else script
 
 
+# the stand-in spaces of the discrete scripts: (observation shape, number of actions). ppo.py: CartPole's; ppo_masked.py:
+# vector observations and 4 actions, some of which each fixed batch's masks leave invalid (D1)
+DISCRETE_SPACES = {"ppo_atari": ((4, 84, 84, 1), 4), "ppo_rnn": ((2,), 2), "ppo": ((4,), 2), "ppo_masked": ((4,), 4)}
+
+
 def observation_and_action_spaces(script, obs_shape=None, n_actions=None):
     """The spaces make_agent builds an agent for: the continuous scripts, Box observations (11,) and Box actions (3,);
-    Atari, uint8 frames (4, 84, 84, 1) and Discrete(4); rnn, vector observations (2,) and Discrete(2). obs_shape and
-    n_actions (the continuous agent's action size) override the defaults; an obs_shape of three or more dimensions is
-    uint8 frames."""
+    the discrete ones, DISCRETE_SPACES' (Atari's uint8 frames (4, 84, 84, 1) and Discrete(4); rnn's vector observations
+    (2,) and Discrete(2); ppo.py's CartPole spaces, (4,) and Discrete(2); ppo_masked.py's (4,) and Discrete(4), the
+    vector observation its D3 makes of a dict one). obs_shape and n_actions (the continuous agent's action size)
+    override the defaults; an obs_shape of three or more dimensions is uint8 frames."""
     name = as_script(script).__name__
     if continuous(script):
         return Box(-np.inf, np.inf, obs_shape or (11,), np.float32), Box(-1.0, 1.0, (n_actions or 3,), np.float32)
-    obs_shape = obs_shape or ((4, 84, 84, 1) if name == "ppo_atari" else (2,))
-    n_actions = n_actions or (4 if name == "ppo_atari" else 2)
+    obs_shape = obs_shape or DISCRETE_SPACES[name][0]
+    n_actions = n_actions or DISCRETE_SPACES[name][1]
     if len(obs_shape) >= 3:
         return Box(0, 255, obs_shape, np.uint8), Discrete(n_actions)
     return Box(-np.inf, np.inf, obs_shape, np.float32), Discrete(n_actions)
@@ -167,12 +188,33 @@ def random_obs(space, n, g):
     return torch.randn((n,) + space.shape, generator=g)
 
 
+def masked(agent):
+    """Whether an agent takes an action mask (ppo_masked.py's: D1, its actions one column per component, D2)."""
+    return hasattr(agent, "nvec")
+
+
+def all_valid(agent, n, device):
+    """A masked agent's mask of n rows that allows every action of every component."""
+    return torch.ones((n, sum(agent.nvec)), dtype=torch.bool, device=device)
+
+
+def random_masks(agent, n, g):
+    """n random action masks of a masked agent (on the CPU; g is a CPU generator): each action valid with probability
+    3/4, and in each row of each component at least one (the first, where the draws left none)."""
+    masks = torch.rand((n, sum(agent.nvec)), generator=g) < 0.75
+    for part in masks.split(agent.nvec, dim=1):  # views of masks
+        part[~part.any(1), 0] = True
+    return masks
+
+
 def forward(agent, obs, action=None):
     """(action, logprob, entropy, value) of any script's agent; a recurrent one takes obs as one step of len(obs) envs
-    from its zero initial state, made on obs's device."""
+    from its zero initial state, made on obs's device; a masked one, a mask that allows every action."""
     if hasattr(agent, "initial_state"):
         state, done = agent.initial_state(len(obs), obs.device), torch.zeros(len(obs), device=obs.device)
         return agent.get_action_and_value(obs, state, done, action)[:4]
+    if masked(agent):
+        return agent.get_action_and_value(obs, all_valid(agent, len(obs), obs.device), action)
     return agent.get_action_and_value(obs, action)
 
 
@@ -183,14 +225,17 @@ def forward(agent, obs, action=None):
 def fixed_batch(script, agent, n=64, seed=1, obs_shape=None):
     """A feed-forward script's flat training batch of n random observations (of make_agent's obs_shape), with the
     agent's own actions, log-probs and values, and random advantages and returns; on the agent's device (the same
-    numbers on every device)."""
+    numbers on every device). A masked agent's batch holds random_masks too ("masks", as train() builds it), under
+    which its actions were drawn."""
     g, device = torch.Generator().manual_seed(seed), device_of(agent)
     obs = random_obs(observation_and_action_spaces(script, obs_shape)[0], n, g).to(device)
+    masks = {"masks": random_masks(agent, n, g).to(device)} if masked(agent) else {}
     with torch.no_grad():
-        actions, logprobs, _, values = agent.get_action_and_value(obs)
+        actions, logprobs, _, values = agent.get_action_and_value(obs, *masks.values())
     advantages = torch.randn(n, generator=g).to(device) * 3 + 1
     return {
         "obs": obs,
+        **masks,
         "actions": actions,
         "logprobs": logprobs,
         "advantages": advantages,
@@ -237,16 +282,21 @@ def update_case(script, tmp_path, monkeypatch):
 
 def batch_logprobs(agent, batch):
     """The agent's log-probabilities of the batch's actions; a recurrent agent runs the batch's sequences from their
-    initial state through their dones."""
+    initial state through their dones; a masked one takes each action's mask from the batch."""
     with torch.no_grad():
         if "state" in batch:
             return agent.get_action_and_value(batch["obs"], batch["state"], batch["dones"], batch["actions"])[1]
-        return agent.get_action_and_value(batch["obs"], batch["actions"])[1]
+        return agent.get_action_and_value(batch["obs"], *masks_of(batch), batch["actions"])[1]
+
+
+def masks_of(batch):
+    """[the batch's action masks] where it has them (a masked script's), else []: the masked agent's extra argument."""
+    return [batch["masks"]] if "masks" in batch else []
 
 
 def reference_minibatch_loss(agent, mb, args, clip_coef):
     """The reference's loss written out from the formulas, independently of the script's loss functions."""
-    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], *masks_of(mb), mb["actions"])
     ratio = (newlogprob - mb["logprobs"]).exp()
     adv = mb["advantages"]
     if args.norm_adv:
@@ -262,7 +312,14 @@ def reference_minibatch_loss(agent, mb, args, clip_coef):
 # the detail contract
 
 DETAILS = ROOT / "docs" / "details.md"  # the flag contract: ids, names, defaults
-COLUMNS = {"ppo_atari": "A", "ppo_continuous_action": "C", "ppo_rnn": "R", "ppo_rnn_continuous_action": "RC"}
+COLUMNS = {
+    "ppo_atari": "A",
+    "ppo_continuous_action": "C",
+    "ppo_rnn": "R",
+    "ppo_rnn_continuous_action": "RC",
+    "ppo": "P",
+    "ppo_masked": "PM",
+}
 
 
 def contract_flags(script_name):
@@ -275,9 +332,11 @@ def contract_flags(script_name):
             pairs += [(flag, None) for flag in re.findall(r"`--([a-z0-9-]+)", line)]
         elif line.startswith("| ") and not line.startswith(("| id", "| ---")):
             cells = [c.strip() for c in line.strip("|").split("|")]
-            owners = {"MuJoCo": ["C", "RC"], "Atari": ["A", "R"]}.get(section, list(COLUMNS.values()))
+            owners = {"MuJoCo": ["C", "RC"], "Atari": ["A", "R"], "Discrete-action": ["PM"]}.get(
+                section, list(COLUMNS.values())
+            )
             if section == "General":
-                owners = [k for k, c in zip(["A", "C", "R", "RC"], cells[3:7]) if c != "-"]
+                owners = [k for k, c in zip(COLUMNS.values(), cells[3:]) if c != "-"]
             if cells[0] == "B2":
                 owners = ["R", "RC"]
             if column in owners and cells[0] != "X2":  # X2 is a launcher (torchrun), not a flag

@@ -23,6 +23,8 @@ SAVE_THEN_EVALUATE = {
         ["--env-id", "InvertedPendulum-v5", "--num-envs", "4", "--num-minibatches", "2", "--total-timesteps", "1024"],
         3,
     ),
+    "ppo": (["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "512"], 3),
+    "ppo_masked": (["--env-id", "Knapsack-v1", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "256"], 3),
 }
 
 STOP_REQUESTS = []  # the stop_signals list of the run that the env below interrupts

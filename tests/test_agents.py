@@ -1,13 +1,14 @@
 """What every script's actor-critic shares: G9 orthogonal init with the reference's gains (or PyTorch's default), the
 activation flag (M6, A9), and shared or separate policy and value networks (M7, A10), each on the script's own
-network: an MLP, the Nature CNN, an MLP encoder with an LSTM (discrete or continuous actions)."""
+network: an MLP, the Nature CNN, an MLP encoder with an LSTM (discrete or continuous actions). ppo.py and
+ppo_masked.py keep CleanRL's ppo.py network, tanh and separate, with no flag for either: checked as fixed."""
 
 import math
 
 import pytest
 import torch
 import torch.nn as nn
-from conftest import forward, make_agent, observation_and_action_spaces, random_obs
+from conftest import SCRIPTS, forward, load_script, make_agent, observation_and_action_spaces, random_obs, skipping
 
 # the layers layer_init sets up (the LSTM's own init is in test_rnn.py), counted by hand, and the heads' gains
 LAYER_INIT = {
@@ -19,7 +20,15 @@ LAYER_INIT = {
     "ppo_rnn": (4, {"critic": 1.0, "actor": 0.01}),
     # as the continuous one, the LSTMs between the bodies and the heads
     "ppo_rnn_continuous_action": (6, {"critic": 1.0, "actor_mean": 0.01}),
+    # CleanRL's ppo.py: two separate bodies of two layers, the value and logits heads
+    "ppo": (6, {"critic": 1.0, "actor": 0.01}),
+    # ppo.py's network, its logits head one output per choice of every component (D2)
+    "ppo_masked": (6, {"critic": 1.0, "actor": 0.01}),
 }
+# the scripts whose activation (tanh) and separate networks are fixed, as in CleanRL's ppo.py: no --activation and no
+# --shared-network to test
+FIXED_NETWORK = {"ppo", "ppo_masked"}
+FIXED = {name: "tanh and separate networks are fixed here (CleanRL's ppo.py network): no flag" for name in FIXED_NETWORK}
 
 
 def initialized_layers(agent):
@@ -46,11 +55,19 @@ def test_no_ortho_init_keeps_pytorch_default(script):
         assert torch.any(layer.bias != 0), name
 
 
+def activations(agent):
+    return {type(m) for m in agent.modules() if isinstance(m, (nn.Tanh, nn.ReLU))}
+
+
 @pytest.mark.parametrize("activation,module", [("tanh", nn.Tanh), ("relu", nn.ReLU)])
+@pytest.mark.parametrize("script", skipping(SCRIPTS, FIXED), indirect=True)
 def test_activation(script, activation, module):
-    agent = make_agent(script, activation=activation)
-    kinds = {type(m) for m in agent.modules() if isinstance(m, (nn.Tanh, nn.ReLU))}
-    assert kinds == {module}
+    assert activations(make_agent(script, activation=activation)) == {module}
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_NETWORK))
+def test_the_fixed_network_is_tanh(name):
+    assert activations(make_agent(name)) == {nn.Tanh}
 
 
 def conv_params(c_in, c_out, k):
@@ -68,17 +85,41 @@ SEPARATE_EXTRA = {
     "ppo_rnn": linear_params(2, 64) + linear_params(64, 64) + 4 * 128 * (64 + 128) + 2 * 4 * 128,
     "ppo_rnn_continuous_action": linear_params(11, 64) + linear_params(64, 64) + 4 * 128 * (64 + 128) + 2 * 4 * 128,
 }
+# the whole networks of the fixed ones on make_agent's spaces, counted by hand: a critic obs -> 64 -> 64 -> 1 and an actor
+# obs -> 64 -> 64 -> logits. ppo.py on CartPole's (4,) and Discrete(2) (CleanRL's ppo.py: 9,155 parameters); ppo_masked.py
+# on (4,) and Discrete(4)
+FIXED_NETWORK_PARAMS = {
+    "ppo": 2 * (linear_params(4, 64) + linear_params(64, 64)) + linear_params(64, 1) + linear_params(64, 2),
+    "ppo_masked": 2 * (linear_params(4, 64) + linear_params(64, 64)) + linear_params(64, 1) + linear_params(64, 4),
+}
 
 
+def n_params(agent):
+    return sum(p.numel() for p in agent.parameters())
+
+
+def value_reaches_actor(agent, script):
+    """Whether the value's gradient reaches the actor's first layer."""
+    obs = random_obs(observation_and_action_spaces(script)[0], 4, torch.Generator().manual_seed(0))
+    _, _, _, value = forward(agent, obs)
+    value.sum().backward()
+    grad = agent.actor_body[0].weight.grad
+    return grad is not None and grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("script", skipping(SCRIPTS, FIXED), indirect=True)
 def test_separate_and_shared_networks(script):
     separate, shared = make_agent(script, shared_network=False), make_agent(script, shared_network=True)
     assert separate.actor_body is not separate.critic_body
     assert shared.actor_body is shared.critic_body
-    n_params = lambda agent: sum(p.numel() for p in agent.parameters())  # noqa: E731
     assert n_params(separate) - n_params(shared) == SEPARATE_EXTRA[script.__name__]
-    obs = random_obs(observation_and_action_spaces(script)[0], 4, torch.Generator().manual_seed(0))
-    for agent, value_reaches_actor in ((separate, False), (shared, True)):
-        _, _, _, value = forward(agent, obs)
-        value.sum().backward()
-        grad = agent.actor_body[0].weight.grad
-        assert (grad is not None and grad.abs().sum() > 0) == value_reaches_actor
+    assert not value_reaches_actor(separate, script)
+    assert value_reaches_actor(shared, script)
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_NETWORK))
+def test_the_fixed_network_is_separate_of_the_hand_counted_size(name):
+    agent = make_agent(name)
+    assert agent.actor_body is not agent.critic_body
+    assert n_params(agent) == FIXED_NETWORK_PARAMS[name]
+    assert not value_reaches_actor(agent, load_script(name))

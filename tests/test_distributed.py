@@ -53,6 +53,8 @@ SHORT = {
     "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
     "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
     "ppo_rnn_continuous_action": dict(env_id="Pendulum-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
+    "ppo": dict(env_id="CartPole-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
+    "ppo_masked": dict(env_id="Knapsack-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=256),
 }
 
 

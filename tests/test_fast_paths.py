@@ -179,7 +179,10 @@ def test_compile_without_a_compiler_runs_eagerly_with_a_warning(monkeypatch, cap
 def test_the_rollout_holds_what_the_env_gave_for_the_actions_taken(name, device, tmp_path, monkeypatch):
     """The rollout's storage (the observations copied to the device each step; the rewards and episode ends kept on
     the host until the rollout ends) against the plain reference: a fresh copy of the envs, reset with the run's seed
-    and stepped with the stored actions, returns the stored observations, rewards and ends."""
+    and stepped with the stored actions, returns the stored observations, rewards and ends. ppo_masked.py's (Knapsack-v1,
+    envpool's dict observations) stores each observation's entries but the mask one after another (D3), and the mask
+    (D1), under which each stored action is valid; its actions are one column per component (D2), a single one for
+    Knapsack's Discrete(50)."""
     script = load_script(name)
     monkeypatch.chdir(tmp_path)
     flags = {"compile": False} if hasattr(script.Args, "compile") else {}
@@ -191,9 +194,18 @@ def test_the_rollout_holds_what_the_env_gave_for_the_actions_taken(name, device,
     envs = script.make_envs(args)
     expected_obs, _ = envs.reset(seed=args.seed)
     for t in range(args.num_steps):
+        actions = rollout["actions"][t].numpy()
+        if "masks" in rollout:  # D1, D2, D3, written out here for Knapsack's dict observations and Discrete actions
+            # the entries in the order of gymnasium's Dict made from a plain dict (observed_space's): sorted by key, not
+            # envpool's order (weights, values, packed_items, action_mask)
+            entries = ["packed_items", "values", "weights"]
+            assert torch.equal(rollout["masks"][t], torch.as_tensor(expected_obs["action_mask"], dtype=torch.bool)), t
+            assert all(mask[action] for mask, action in zip(expected_obs["action_mask"], actions[:, 0]))  # valid ones
+            expected_obs = np.concatenate([expected_obs[key] for key in entries], axis=1)
+            actions = actions[:, 0]
         assert torch.equal(rollout["obs"][t], torch.as_tensor(expected_obs, dtype=rollout["obs"].dtype)), t
-        expected_obs, reward, terminations, truncations, _ = envs.step(rollout["actions"][t].numpy())
-        assert not truncations.any()  # no B1 bonus to add in 48 steps (of Hopper-v5 or Breakout)
+        expected_obs, reward, terminations, truncations, _ = envs.step(actions)
+        assert not truncations.any()  # no B1 bonus to add in 48 steps (of Hopper-v5, Breakout, CartPole or Knapsack)
         assert torch.equal(rollout["rewards"][t], torch.as_tensor(reward, dtype=torch.float32)), t
         if t + 1 < args.num_steps:
             assert torch.equal(rollout["dones"][t + 1], torch.as_tensor(terminations, dtype=torch.float32)), t

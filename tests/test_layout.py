@@ -1,6 +1,6 @@
-"""The four scripts stay one algorithm told four times: every top-level function and class they share by name has
-the same source text, except the definitions allowed to differ between each pair; the recurrent continuous script adds
-to the continuous one the lines of ppo_rnn.py. Their sizes against the targets
+"""The six scripts stay one algorithm told six times: every top-level function and class they share by name has
+the same source text, except the definitions allowed to differ between each pair of neighbours (ppo.py, the root, and
+each script it leads to); the recurrent continuous script adds to the continuous one the lines of ppo_rnn.py. Their sizes against the targets
 (each script's lines, train()'s, the diff between neighbours) are a developer's check, `python tests/script_sizes.py`:
 a target missed is to read, never a failure, so that a clarifying comment never fails the suite."""
 
@@ -12,27 +12,39 @@ from conftest import ROOT
 from script_sizes import changed_lines
 
 CONTINUOUS, ATARI, RNN, RNN_CONTINUOUS = "ppo_continuous_action", "ppo_atari", "ppo_rnn", "ppo_rnn_continuous_action"
-NAMES = (CONTINUOUS, ATARI, RNN, RNN_CONTINUOUS)
+PPO, MASKED = "ppo", "ppo_masked"
+NAMES = (PPO, CONTINUOUS, ATARI, RNN, RNN_CONTINUOUS, MASKED)
 
-# the top-level definitions all four scripts have, and those only some have
+# the top-level definitions all six scripts have, and those only some have
 SHARED = {"Args", "make_env", "make_envs", "layer_init", "Agent", "compute_gae", "normalize_advantages", "policy_loss",
           "value_loss", "adapt_kl_beta", "ppo_loss", "ppo_backward", "update_policy", "batch_kl", "truncation_bootstrap",
-          "train"}  # fmt: skip
+          "act", "train"}  # fmt: skip
 # M1/M2's observation wrapper (gymnasium's refuses SAME_STEP autoreset); B3's minibatches of whole env sequences and the
-# env that needs memory
-ONLY_IN = {CONTINUOUS: {"NormalizeObservation"}, ATARI: set(), RNN: {"env_minibatches", "cartpole_no_velocity"},
-           RNN_CONTINUOUS: {"NormalizeObservation", "env_minibatches"}}
+# env that needs memory; D3's observed space and D1's masks read from an observation
+ONLY_IN = {PPO: set(), CONTINUOUS: {"NormalizeObservation"}, ATARI: set(), RNN: {"env_minibatches", "cartpole_no_velocity"},
+           RNN_CONTINUOUS: {"NormalizeObservation", "env_minibatches"}, MASKED: {"observed_space", "observe"}}  # fmt: skip
 
 # the definitions each pair of neighbouring scripts may word differently; everything else they share is byte-identical
 ALLOWED_TO_DIFFER = {
+    # the root against the Atari script: the wrappers and the CNN (A1-A10), frames kept as uint8 (act, train)
+    (PPO, ATARI): {"Args", "make_env", "make_envs", "Agent", "act", "train"},
+    # the root against the continuous script: the Gaussian policy and observation normalization (M1-M8)
+    (PPO, CONTINUOUS): {"Args", "make_env", "make_envs", "Agent", "train"},
+    # the root against the masked script: D1's mask through the agent, the loss and the rollout, D2's action columns,
+    # D3's flattened observations (and its final observations under B1), envpool's tasks
+    (PPO, MASKED): {"Args", "make_envs", "Agent", "ppo_loss", "batch_kl", "truncation_bootstrap", "act", "train"},
     # Box actions and observation normalization (M1-M8) against discrete actions and frames (A1-A10)
-    (CONTINUOUS, ATARI): {"Args", "make_env", "make_envs", "Agent", "truncation_bootstrap", "train"},
+    (CONTINUOUS, ATARI): {"Args", "make_env", "make_envs", "Agent", "act", "train"},
     # memory (B2, B3): the recurrent state goes through the agent, the loss, the minibatches and the rollout
-    (ATARI, RNN): {"Args", "make_env", "Agent", "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "train"},
+    (ATARI, RNN): {"Args", "make_env", "Agent", "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "act",
+                   "train"},
     # the same memory for continuous actions
-    (CONTINUOUS, RNN_CONTINUOUS): {"Args", "Agent", "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "train"},
-}
+    (CONTINUOUS, RNN_CONTINUOUS): {"Args", "Agent", "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "act",
+                                   "train"},
+}  # fmt: skip
 PAIRS = list(ALLOWED_TO_DIFFER)
+
+
 def source(name):
     return (ROOT / f"{name}.py").read_text()
 
@@ -80,13 +92,14 @@ def test_shared_definitions_are_identical_except_the_allowed_ones(pair):
 SEEDS = "ppo_continuous_action_seeds"
 SEEDS_DIFFER = {"Args", "make_env", "make_envs", "NormalizeObservation", "normalize_advantages", "policy_loss", "value_loss",
                 "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "train"}  # fmt: skip
-SEEDS_ONLY = {"SeedsArgs", "NormalizeReward", "Agents"}
+SEEDS_ONLY = {"Seeds", "SeedsArgs", "NormalizeReward", "Agents"}  # Seeds: the base that puts --seeds first in --help
 
 
 def test_the_batched_variant_differs_from_its_parent_only_where_batching_does():
+    """The variant has no act(): its agents' checkpoints are its parent's, which evaluates them."""
     parent, variant = top_level_definitions(CONTINUOUS), top_level_definitions(SEEDS)
-    assert set(variant) - set(parent) == SEEDS_ONLY and set(parent) <= set(variant)
-    assert {name for name in parent if parent[name] != variant[name]} == SEEDS_DIFFER
+    assert set(variant) - set(parent) == SEEDS_ONLY and set(parent) - set(variant) == {"act"}
+    assert {name for name in parent.keys() & variant.keys() if parent[name] != variant[name]} == SEEDS_DIFFER
 
 
 # the lines ppo_rnn_continuous_action.py adds to ppo_continuous_action.py that ppo_rnn.py does not have, besides its

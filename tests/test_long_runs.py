@@ -94,6 +94,8 @@ def test_resumed_agent_equals_the_checkpoint(name, tmp_path, monkeypatch):
              "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2),
              "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=2, num_steps=32, num_minibatches=2),
              "ppo_rnn_continuous_action": dict(env_id="Pendulum-v1", num_envs=2, num_steps=32, num_minibatches=2),
+             "ppo": dict(env_id="CartPole-v1", num_envs=2, num_steps=32, num_minibatches=2),
+             "ppo_masked": dict(env_id="Knapsack-v1", num_envs=2, num_steps=32, num_minibatches=2),
              }[name]  # fmt: skip
     steps = flags["num_steps"] * flags.get("num_envs", 1) * 2
     module.train(module.Args(total_timesteps=steps, update_epochs=1, save_model=True, **flags))

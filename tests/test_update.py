@@ -45,8 +45,11 @@ def test_update_matches_hand_written_minibatch_sgd(feed_forward, flags):
     """G3 per minibatch, G5 loss composition, G7 minibatches, G8 global-norm clipping: with plain SGD in place of Adam
     the parameters after one epoch of two minibatches equal a step-by-step re-computation. Tanh hidden layers for both
     networks: at a ReLU's kink, the last bit in which two correct computations differ (here the gradient clip's
-    arithmetic) can switch a unit off in the second minibatch and part the parameters by far more than rounding."""
-    script, tanh = feed_forward, {"activation": "tanh"}
+    arithmetic) can switch a unit off in the second minibatch and part the parameters by far more than rounding (ppo.py's
+    and ppo_masked.py's are tanh, with no flag). A masked script's batch holds random masks, each action drawn under
+    its own: the update must score each minibatch's actions under that minibatch's masks."""
+    script = feed_forward
+    tanh = {"activation": "tanh"} if "activation" in {f.name for f in dataclasses.fields(script.Args)} else {}
     case = {"max_grad_norm": 0.05, **flags, **tanh}
     args = script.Args(num_envs=1, num_steps=64, num_minibatches=2, update_epochs=1, **case)
     agent, reference = make_agent(script, **tanh), make_agent(script, **tanh)
@@ -71,7 +74,7 @@ def test_update_matches_hand_written_minibatch_sgd(feed_forward, flags):
 
 # (learning rate, clip range) of the update: the recurrent scripts' batches are real rollouts', with 0.01-gain policy heads
 UPDATE_SETTINGS = {"ppo_continuous_action": (3e-4, 0.2), "ppo_atari": (3e-4, 0.2), "ppo_rnn": (1e-3, 0.1),
-                   "ppo_rnn_continuous_action": (1e-3, 0.1)}
+                   "ppo_rnn_continuous_action": (1e-3, 0.1), "ppo": (3e-4, 0.2), "ppo_masked": (3e-4, 0.2)}  # fmt: skip
 
 
 class CountingAdam(torch.optim.Adam):
@@ -98,6 +101,8 @@ TINY_RUNS = {  # two updates of each script, eager (no compile; the recurrent sc
     "ppo_atari": dict(num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=128, compile=False),
     "ppo_rnn": dict(env_id="CartPoleNoVelocity-v1", num_envs=4, num_steps=32, num_minibatches=2, total_timesteps=256),
     "ppo_rnn_continuous_action": dict(env_id="Pendulum-v1", num_envs=4, num_steps=32, num_minibatches=2, total_timesteps=256),
+    "ppo": dict(env_id="CartPole-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=128, compile=False),
+    "ppo_masked": dict(env_id="Knapsack-v1", num_envs=2, num_steps=32, num_minibatches=2, total_timesteps=128, compile=False),
 }
 
 
