@@ -110,7 +110,10 @@ def ablations(script):
     that is this script's default: no clipping or penalty, a fixed KL penalty (beta 1), an adaptive one (d_targ 0.01)."""
     continuous = script in ("ppo_continuous_action.py", "ppo_rnn_continuous_action.py")
     rnn = script in ("ppo_rnn.py", "ppo_rnn_continuous_action.py")
-    if script == "ppo_rnn_continuous_action.py":  # G10: the same batch from 8 envs instead of 32, in 8 minibatches of
+    vector = script in ("ppo.py", "ppo_masked.py")  # discrete actions, vector observations: no M or A details
+    if vector:  # the same batch from 1 env instead of 4
+        g10 = "--num-envs 1 --num-steps 512"
+    elif script == "ppo_rnn_continuous_action.py":  # G10: the same batch from 8 envs instead of 32, in 8 minibatches of
         # whole env sequences (B3), so of 256 steps instead of 64: the minibatch size changes with it
         g10 = "--num-envs 8 --num-steps 256 --num-minibatches 8"
     else:  # the same batch from 8 envs instead of 1 (continuous), or from 1 env instead of 8 (Atari)
@@ -130,7 +133,9 @@ def ablations(script):
         ("G10-num-envs", g10),
         ("G11-adam-eps", "--adam-eps 1e-8"),
     ]
-    if continuous:
+    if vector:
+        specific = [("D1-no-mask-actions", "--no-mask-actions")] if script == "ppo_masked.py" else []
+    elif continuous:
         specific = [
             ("M1-no-norm-obs", "--no-norm-obs"),
             ("M2-no-clip-obs", "--clip-obs 0"),
