@@ -490,9 +490,8 @@ def report(results: Path, last: int):
 
     data = results / "data"
     score_table, share_table, wall_table, _ = masking_tables(data, last)
-    text = (data / "masking.md").read_text().format(
-        scores=score_table, shares=share_table, wall_time=wall_table, settings=SETTINGS_NOTE, last=last
-    )
+    tables = {"scores": score_table, "shares": share_table, "wall_time": wall_table, "settings": SETTINGS_NOTE}
+    text = (data / "masking.md").read_text().format(last=last, **tables)
     report_py.main([str(results), "--last", str(last)])
     readme = (results / "README.md").read_text()
     head, sep, rest = readme.partition("\n## Scores\n")

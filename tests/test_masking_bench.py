@@ -99,3 +99,41 @@ def test_maskable_ppo_run_and_the_masked_agent_without_its_mask(tmp_path, monkey
     assert len(rows) == 6 and {row["mode"] for row in rows} == {"masked", "unmasked"}
     assert not any(row["ended_invalid"] for row in rows if row["mode"] == "masked")
     torch.set_num_threads(1)
+
+
+@needs("envpool")
+def test_masking_tables_from_data(tmp_path):
+    """The README's tables come from the data files alone: a per-seed mean of the last episodes, then over seeds."""
+    import pandas as pd
+    from report_data import Tables, write_data
+
+    rows = []
+    for variant, offset in [("default", 0.0), ("no-mask", -5.0), ("maskable-ppo", 0.5)]:
+        for seed in [1, 2]:
+            rows += [
+                {"env_id": "TSP-v1", "variant": variant, "seed": seed, "step": step, "episodic_return": value}
+                for step, value in [(10, -99.0), (20, offset - seed), (30, offset - seed)]
+            ]
+    runs = pd.DataFrame(
+        [
+            {"env_id": "TSP-v1", "variant": v, "seed": s, "sps": 1.0}
+            for v in ["default", "no-mask", "maskable-ppo"]
+            for s in [1, 2]
+        ]
+    )
+    write_data(tmp_path, Tables(pd.DataFrame(rows), runs, None))
+    played = {"return": -1.0, "length": 20, "ended_invalid": 0, "truncated": 0, "masked_share": 0.5, "joint_invalid": 0.5}
+    random = [{"env_id": "TSP-v1", "policy": p, "seed": s, "episode": 0} | played for p in ["valid", "all"] for s in [1, 2]]
+    unmasked = [
+        {"env_id": "TSP-v1", "mode": m, "seed": s, "episode": 0} | played for m in ["masked", "unmasked"] for s in [1, 2]
+    ]
+    masking.write_rows(tmp_path / "random_policy.csv", list(random[0]), random)
+    masking.write_rows(tmp_path / "unmasked.csv", list(unmasked[0]), unmasked)
+    wall = [{"env_id": "TSP-v1", "round": 1, "implementation": "ours", "steps": 512, "seconds": 1.0, "sps": 512.0,
+             "load_average": 1.0, "tests_running": 0}]  # fmt: skip
+    masking.write_rows(tmp_path / "wall_time.csv", list(wall[0]), wall)
+    scores, shares, wall_time, _ = masking.masking_tables(tmp_path, last=2)
+    row = scores.splitlines()[2]
+    assert row.startswith("| TSP-v1 | -1.50 ± 0.71 | -6.50 ± 0.71 | -1.00 ± 0.71 | -1.00 ± 0.00 |")  # the -99s are left out
+    assert "| TSP-v1 | Discrete(20) | 50.0% | 50.0% |" in shares and "+5.00" in shares
+    assert "| 1 | ours | 512 | 1.0 | 512 |" in wall_time
