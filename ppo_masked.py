@@ -105,7 +105,7 @@ class Args:
         if self.mask_actions and kind != "masked":
             raise ArgError(f"--env-id {self.env_id} gives no action mask; add --no-mask-actions, or use ppo.py")
         if (self.vector_env == "envpool") != envpool_task(self.env_id):
-            fix = "--vector-env envpool" if envpool_task(self.env_id) else "--vector-env sync (envpool makes its own tasks only)"
+            fix = "--vector-env envpool" if envpool_task(self.env_id) else "--vector-env sync (envpool makes its tasks only)"
             raise ArgError(f"--env-id {self.env_id} with --vector-env {self.vector_env}: add {fix}")
         if self.vector_env == "envpool" and self.capture_video:
             raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
