@@ -13,8 +13,8 @@ the share of invalid actions, and the wall time of both implementations side by 
 With no command it trains MaskablePPO, as benchmark/run.py --peer runs it (--env-id, --seed, --total-timesteps only),
 writing TensorBoard events to runs/<env>__maskable_ppo__<seed>__<time>/ with ppo_masked.py's tags
 (charts/episodic_return, charts/episodic_length, charts/SPS, losses/<name> on its scale), so that benchmark/report.py
-reads both alike. Its settings are ppo_masked.py's defaults where MaskablePPO has them (SETTINGS); what differs is in
-SETTINGS_NOTE.
+reads both alike. It takes ppo_masked.py's flags that MaskablePPO has (PEER_FLAGS, under ours' names and defaults);
+settings() gives what it makes of them, settings_note() what differs.
 """
 
 import argparse
@@ -38,37 +38,47 @@ import ppo_masked
 from ppo_utils.envpool_backend import EnvpoolTasks
 
 TASKS = ["Knapsack-v1", "TSP-v1", "JobShop-v0"]
-NUM_ENVS, NUM_STEPS = 4, 128  # ppo_masked.py's defaults (G10)
 EXP_NAME = "maskable_ppo"
+# The flags of ppo_masked.py that the peer takes too, with ppo_masked.py's defaults (--peer 'maskable-ppo=benchmark/masking.py
+# --gamma 1' gives both the same settings).
+PEER_FLAGS = ["num_envs", "num_steps", "num_minibatches", "update_epochs", "learning_rate", "gamma", "gae_lambda", "ent_coef"]
 
-# MaskablePPO at ppo_masked.py's defaults: 4 envs x 128 steps, 4 minibatches of 128, 4 epochs, Adam (eps 1e-5: SB3's
-# for PPO) at 2.5e-4 annealed linearly to 0 (learning_rate() below, on ours' schedule), clip 0.2, entropy 0.01, GAE
-# 0.95, gamma 0.99, gradient norm 0.5, advantages normalized per minibatch, two 64-unit tanh layers each for pi and vf
-# (no shared layer), orthogonal init with ours' gains (SB3's default).
-SETTINGS = {
-    "n_steps": NUM_STEPS,
-    "batch_size": 128,
-    "n_epochs": 4,
-    "clip_range": 0.2,
-    "clip_range_vf": None,  # SB3's default: no value clipping (ours clips, G4; SB3's clipping is not ours' max of the two)
-    "ent_coef": 0.01,
-    "vf_coef": 0.25,  # on SB3's mean squared error = ours' 0.5 on half the squared error: the same loss
-    "max_grad_norm": 0.5,
-    "gae_lambda": 0.95,
-    "gamma": 0.99,
-    "normalize_advantage": True,
-}
-SETTINGS_NOTE = (
-    "MaskablePPO (sb3-contrib 2.9.2) at ppo_masked.py's defaults: 4 envs x 128 steps, minibatch 128 (4 per epoch), "
-    "4 epochs, Adam eps 1e-5, learning rate 2.5e-4 annealed linearly to 0 on ours' schedule, clip 0.2, entropy 0.01, "
-    "GAE 0.95, gamma 0.99, gradient norm 0.5, per-minibatch advantage normalization, separate pi and vf MLPs of two "
-    "64-unit tanh layers, orthogonal init, the same flattened observation (ppo_masked.observe) and mask. Differences: "
-    "no value-loss clipping (SB3's default; ours clips, G4); vf_coef 0.25 on SB3's mean squared error, which is ours' "
-    "0.5 on half the squared error (the same loss); SB3 samples through its own distribution classes and seeds its "
-    "own RNGs (the env instances of a seed are the same: env i is seeded with seed + i on both sides); no torch.compile "
-    "and PyTorch's default Adam (ours: compiled minibatch step, fused Adam); time-limit cuts are not bootstrapped on "
-    "either side (ours: B1 off; here no TimeLimit.truncated is passed to SB3)."
-)
+
+def settings(options):
+    """MaskablePPO's settings for ours' flags (options: PEER_FLAGS' values). The rest at ours' defaults: Adam (eps 1e-5:
+    SB3's for PPO) annealed linearly to 0 (learning_rate() below, on ours' schedule), clip 0.2, gradient norm 0.5,
+    advantages normalized per minibatch, two 64-unit tanh layers each for pi and vf (no shared layer), orthogonal init
+    with ours' gains (SB3's default)."""
+    batch = options.num_envs * options.num_steps
+    return {
+        "n_steps": options.num_steps,
+        "batch_size": batch // options.num_minibatches,
+        "n_epochs": options.update_epochs,
+        "clip_range": 0.2,
+        "clip_range_vf": None,  # SB3's default: no value clipping (ours clips, G4; SB3's clipping is not ours' max of the two)
+        "ent_coef": options.ent_coef,
+        "vf_coef": 0.25,  # on SB3's mean squared error = ours' 0.5 on half the squared error: the same loss
+        "max_grad_norm": 0.5,
+        "gae_lambda": options.gae_lambda,
+        "gamma": options.gamma,
+        "normalize_advantage": True,
+    }
+
+
+def settings_note(options):
+    return (
+        f"MaskablePPO (sb3-contrib 2.9.2) at ppo_masked.py's settings: {options.num_envs} envs x {options.num_steps} "
+        f"steps, {options.num_minibatches} minibatches per epoch, {options.update_epochs} epochs, Adam eps 1e-5, "
+        f"learning rate {options.learning_rate:g} annealed linearly to 0 on ours' schedule, clip 0.2, entropy "
+        f"{options.ent_coef:g}, GAE {options.gae_lambda:g}, gamma {options.gamma:g}, gradient norm 0.5, per-minibatch "
+        "advantage normalization, separate pi and vf MLPs of two 64-unit tanh layers, orthogonal init, the same flattened "
+        "observation (ppo_masked.observe) and mask. Differences: no value-loss clipping (SB3's default; ours clips, G4); "
+        "vf_coef 0.25 on SB3's mean squared error, which is ours' 0.5 on half the squared error (the same loss); SB3 "
+        "samples through its own distribution classes and seeds its own RNGs (the env instances of a seed are the same: "
+        "env i is seeded with seed + i on both sides); no torch.compile and PyTorch's default Adam (ours: compiled "
+        "minibatch step, fused Adam); time-limit cuts are not bootstrapped on either side (ours: B1 off; here no "
+        "TimeLimit.truncated is passed to SB3)."
+    )
 
 
 def nvec_of(space):
@@ -170,15 +180,15 @@ def masked_vec_env(env_id, num_envs, seed):
     return MaskedVecEnv()
 
 
-def learning_rate(total_timesteps, lr=2.5e-4):
+def learning_rate(total_timesteps, lr, batch):
     """ours' G6 for SB3: SB3 calls the schedule after a rollout with 1 - steps so far / total, where ours uses the
     fraction left before the rollout, 1 - (iteration - 1) / iterations: one batch more."""
-    return lambda progress_remaining: lr * min(1.0, progress_remaining + NUM_ENVS * NUM_STEPS / total_timesteps)
+    return lambda progress_remaining: lr * min(1.0, progress_remaining + batch / total_timesteps)
 
 
-def train_maskable(env_id, seed, total_timesteps, folder="runs", threads=1):
-    """MaskablePPO on env_id for total_timesteps (down to whole batches, as ours), TensorBoard events in
-    folder/<env>__maskable_ppo__<seed>__<time>/ with ours' tags. Returns the run folder."""
+def train_maskable(env_id, seed, total_timesteps, options, folder="runs", threads=1):
+    """MaskablePPO on env_id for total_timesteps (down to whole batches, as ours) with settings(options), TensorBoard
+    events in folder/<env>__maskable_ppo__<seed>__<time>/ with ours' tags. Returns the run folder."""
     import torch
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -188,7 +198,7 @@ def train_maskable(env_id, seed, total_timesteps, folder="runs", threads=1):
     name = f"{env_id}__{EXP_NAME}__{seed}__{int(time.time())}"
     run_folder = os.path.join(folder, name)
     writer = SummaryWriter(run_folder)
-    writer.add_text("hyperparameters", SETTINGS_NOTE)
+    writer.add_text("hyperparameters", settings_note(options))
     start = time.time()
 
     class LoggedMaskablePPO(MaskablePPO):
@@ -216,12 +226,13 @@ def train_maskable(env_id, seed, total_timesteps, folder="runs", threads=1):
                     writer.add_scalar("charts/episodic_length", info["episode"]["l"], self.num_timesteps)
             return True
 
-    env = masked_vec_env(env_id, NUM_ENVS, seed)
-    steps = total_timesteps // (NUM_ENVS * NUM_STEPS) * NUM_ENVS * NUM_STEPS  # whole batches, as ours' num_iterations
+    env = masked_vec_env(env_id, options.num_envs, seed)
+    batch = options.num_envs * options.num_steps
+    steps = total_timesteps // batch * batch  # whole batches, as ours' num_iterations
     policy_kwargs = {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": torch.nn.Tanh}
     model = LoggedMaskablePPO(
-        "MlpPolicy", env, learning_rate=learning_rate(steps), policy_kwargs=policy_kwargs, seed=seed, device="cpu",
-        verbose=0, **SETTINGS,
+        "MlpPolicy", env, learning_rate=learning_rate(steps, options.learning_rate, batch), policy_kwargs=policy_kwargs,
+        seed=seed, device="cpu", verbose=0, **settings(options),
     )  # fmt: skip
     model.learn(steps, callback=Episodes(), log_interval=None)
     writer.close()
@@ -372,9 +383,9 @@ def others_running():
     return False
 
 
-def wall_time(env_id, total_timesteps, rounds, seed, out):
-    """`rounds` rounds of ours (ppo_masked.py, defaults) then MaskablePPO (this file), the same steps and seed, one at
-    a time with one thread (OMP_NUM_THREADS=1), each in its own folder under `out`: the process's wall time, the SPS
+def wall_time(env_id, total_timesteps, rounds, seed, out, flags=()):
+    """`rounds` rounds of ours (ppo_masked.py) then MaskablePPO (this file), the same steps, seed and flags (of
+    PEER_FLAGS; none: ours' defaults), one at a time with one thread (OMP_NUM_THREADS=1), each in its own folder under `out`: the process's wall time, the SPS
     logged last, the load average around it and whether the tests were running at its start or end."""
     from report_data import read_run  # beside this file
 
@@ -387,7 +398,7 @@ def wall_time(env_id, total_timesteps, rounds, seed, out):
         for name, command in commands.items():
             folder = Path(out) / f"round{k}" / name
             folder.mkdir(parents=True, exist_ok=True)
-            full = command + ["--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(total_timesteps)]
+            full = command + ["--env-id", env_id, "--seed", str(seed), "--total-timesteps", str(total_timesteps), *flags]
             busy, load = others_running(), os.getloadavg()[0]
             start = time.time()
             with open(folder / "output.log", "w") as log:
@@ -490,7 +501,7 @@ def report(results: Path, last: int):
 
     data = results / "data"
     score_table, share_table, wall_table, _ = masking_tables(data, last)
-    tables = {"scores": score_table, "shares": share_table, "wall_time": wall_table, "settings": SETTINGS_NOTE}
+    tables = {"scores": score_table, "shares": share_table, "wall_time": wall_table, "settings": settings_note(peer_options(data / "commands.txt"))}
     text = (data / "masking.md").read_text().format(last=last, **tables)
     report_py.main([str(results), "--last", str(last)])
     readme = (results / "README.md").read_text()
@@ -505,15 +516,37 @@ def report(results: Path, last: int):
 COMMANDS = ["random", "unmasked", "wall-time", "report"]
 
 
+def peer_parser():
+    """MaskablePPO's command line, as benchmark/run.py --peer runs it: --env-id, --seed, --total-timesteps and
+    PEER_FLAGS under ppo_masked.py's names and defaults."""
+    parser = argparse.ArgumentParser(description="MaskablePPO on an envpool Jumanji task (benchmark/run.py's peer)")
+    parser.add_argument("--env-id", default="Knapsack-v1")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--total-timesteps", type=int, default=500_000)
+    defaults = ppo_masked.Args()
+    for flag in PEER_FLAGS:
+        value = getattr(defaults, flag)
+        parser.add_argument("--" + flag.replace("_", "-"), type=type(value), default=value, help="as ppo_masked.py's")
+    return parser
+
+
+def peer_options(commands: Path):
+    """The peer's options in the benchmark/run.py line of commands.txt (--peer 'maskable-ppo=benchmark/masking.py
+    FLAGS'): what its runs were given."""
+    for line in commands.read_text().splitlines():
+        words = shlex.split(line)
+        for flag, word in zip(words, words[1:]):
+            name, _, spec = word.partition("=")
+            if flag == "--peer" and name == "maskable-ppo":
+                return peer_parser().parse_args(shlex.split(spec)[1:])
+    raise SystemExit(f"error: {commands} has no benchmark/run.py line with --peer maskable-ppo=...")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:  # MaskablePPO, as benchmark/run.py --peer runs it
-        parser = argparse.ArgumentParser(description="MaskablePPO on an envpool Jumanji task (benchmark/run.py's peer)")
-        parser.add_argument("--env-id", default="Knapsack-v1")
-        parser.add_argument("--seed", type=int, default=1)
-        parser.add_argument("--total-timesteps", type=int, default=500_000)
-        options = parser.parse_args(argv)
-        train_maskable(options.env_id, options.seed, options.total_timesteps)
+        options = peer_parser().parse_args(argv)
+        train_maskable(options.env_id, options.seed, options.total_timesteps, options)
         return
     command, argv = argv[0], argv[1:]
     parser = argparse.ArgumentParser(prog=f"masking.py {command}", description=__doc__.split("\n\n")[0])
@@ -541,8 +574,10 @@ def main(argv=None):
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--out", required=True, help="folder of the runs")
         parser.add_argument("--output", required=True, help="CSV, one row per run")
+        parser.add_argument("--flags", default="", help="flags of both, of ppo_masked.py's that the peer takes too")
         options = parser.parse_args(argv)
-        rows = wall_time(options.env_id, options.total_timesteps, options.rounds, options.seed, options.out)
+        flags = shlex.split(options.flags)
+        rows = wall_time(options.env_id, options.total_timesteps, options.rounds, options.seed, options.out, flags)
         write_rows(options.output, list(rows[0]), rows)
     else:
         parser.add_argument("results", help="the results folder (its data/: report.py's files and this file's CSVs)")

@@ -15,7 +15,8 @@ leaves done.json (command, exit code, wall time), and later calls skip it: run t
 interruption and only the unfinished runs start (those stopped by Ctrl-C continue from their checkpoint).
 A peer (--peer NAME=SCRIPT) is another
 project's script run as one more variant, NAME, with its own defaults: it gets only --env-id, --seed and
---total-timesteps, none of --flags, and starts over when interrupted (it writes no checkpoint).
+--total-timesteps, none of --flags, and starts over when interrupted (it writes no checkpoint). Flags after the script
+(--peer "NAME=SCRIPT --gamma 1") go to it alone.
 Summarize the folder with benchmark/report.py, which keeps each run's episodes in <results>/data/ (committed); runs
 whose data are already there are skipped too, so that a matrix can be finished over several sittings and machines.
 """
@@ -179,7 +180,8 @@ class PlannedRun:
     variant: str
     seed: int
     total_timesteps: int
-    flags: list = field(default_factory=list)  # env flags, --flags, then the variant's (none for a peer)
+    flags: list = field(default_factory=list)  # env flags, --flags, then the variant's; a peer's: its own from --peer
+    peer: bool = False  # another project's script (--peer)
 
     def folder(self, out: Path) -> Path:
         return out / self.env_id / self.variant / f"seed{self.seed}"
@@ -247,10 +249,11 @@ def build_matrix(options):
     script, envs, seeds, peers = preset.script, preset.envs, preset.seeds, {}
     given = dict(spec.partition("=")[::2] for spec in options.peer or [])
     for spec in options.peer or []:
-        name, sep, path = spec.partition("=")
+        name, sep, words = spec.partition("=")
+        path, *flags = shlex.split(words) or [""]
         if not sep or not name or "/" in name or not Path(path).is_file():
             raise SystemExit(f"error: --peer {spec}: write NAME=SCRIPT naming an existing script, e.g. --peer cleanrl=PATH")
-        peers[name] = str(Path(path).resolve())
+        peers[name] = (str(Path(path).resolve()), flags)
     for name, (variable, file) in preset.peers.items():
         if name in given:
             continue
@@ -261,7 +264,7 @@ def build_matrix(options):
                 f"error: peer {name} of --preset {options.preset}: {said}; set {variable} to the folder of its {file} "
                 f"(e.g. a clone of CleanRL: {variable}=~/cleanrl/cleanrl), or pass --peer {name}=PATH"
             )
-        peers[name] = str((Path(folder) / file).resolve())
+        peers[name] = (str((Path(folder) / file).resolve()), [])
     script = options.script or script
     if script is None:
         raise SystemExit("error: pass --preset or --script")
@@ -298,7 +301,8 @@ def build_matrix(options):
             for seed in seeds:
                 flags = shlex.split(env_flags) + shlex.split(options.flags) + shlex.split(variant_flags)
                 runs.append(PlannedRun(script, env_id, name, seed, total, flags))
-        runs += [PlannedRun(path, env_id, name, seed, total) for name, path in peers.items() for seed in seeds]
+        for name, (path, peer_flags) in peers.items():
+            runs += [PlannedRun(path, env_id, name, seed, total, peer_flags, peer=True) for seed in seeds]
     if options.preset == "table1":  # seed by seed, so that a matrix cut short still covers every task and setting
         runs.sort(key=lambda run: run.seed)
     return runs
@@ -385,7 +389,7 @@ def execute(run: PlannedRun, out: Path, stopping: threading.Event, threads=1):
     if status == "done":
         record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
         record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
-        if not Path(run.script).resolve().is_relative_to(ROOT):  # another project's script: a peer
+        if run.peer:  # another project's script
             record["peer"] = str(Path(run.script).name)
         (folder / "done.json").write_text(json.dumps(record, indent=1) + "\n")
     return run, seconds, status
@@ -451,7 +455,9 @@ def main(argv=None):
     )
     parser.add_argument("--variant", action="append", help="NAME=FLAGS, repeatable, e.g. --variant no-gae=--no-gae")
     parser.add_argument(
-        "--peer", action="append", help="NAME=SCRIPT, repeatable: another project's script, run with its own defaults"
+        "--peer",
+        action="append",
+        help="NAME=SCRIPT, repeatable: another project's script, run with its own defaults ('NAME=SCRIPT FLAGS': with those)",
     )
     parser.add_argument("--out", help="folder of the runs (default: benchmark/runs/<preset or script name>)")
     parser.add_argument(

@@ -83,9 +83,10 @@ def test_maskable_ppo_run_and_the_masked_agent_without_its_mask(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     folder = tmp_path / "maskable"
-    masking.train_maskable("TSP-v1", 1, 1024, folder=str(folder / "runs"))
+    options = masking.peer_parser().parse_args(["--num-envs", "2", "--num-steps", "64"])  # ours' flags reach SB3
+    masking.train_maskable("TSP-v1", 1, 1024, options, folder=str(folder / "runs"))
     episodes, stats, sps, last_step, iteration = read_run(folder)
-    assert last_step == 1024 and iteration == 512 and len(episodes) > 0 and sps > 0
+    assert last_step == 1024 and iteration == 2 * 64 and len(episodes) > 0 and sps > 0
     assert episodes["episodic_return"].lt(0).all() and episodes["episodic_length"].le(20).all()  # TSP: 20 cities
     assert {"policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac"} <= set(stats)
 
@@ -137,3 +138,17 @@ def test_masking_tables_from_data(tmp_path):
     assert row.startswith("| TSP-v1 | -1.50 ± 0.71 | -6.50 ± 0.71 | -1.00 ± 0.71 | -1.00 ± 0.00 |")  # the -99s are left out
     assert "| TSP-v1 | Discrete(20) | 50.0% | 50.0% |" in shares and "+5.00" in shares
     assert "| 1 | ours | 512 | 1.0 | 512 |" in wall_time
+
+
+def test_the_peers_settings_are_read_from_the_run_py_line_of_commands_txt(tmp_path):
+    """The report states MaskablePPO's settings as its runs got them: the flags after the script in --peer."""
+    line = "python benchmark/run.py --script ppo_masked.py --flags '--gamma 1' --peer 'other=x.py --gamma 0.5' "
+    line += "--peer 'maskable-ppo=benchmark/masking.py --gamma 1 --num-envs 8 --ent-coef 0'\n"
+    (tmp_path / "commands.txt").write_text("python benchmark/report.py x\n" + line)
+    options = masking.peer_options(tmp_path / "commands.txt")
+    assert (options.gamma, options.num_envs, options.ent_coef, options.num_steps) == (1.0, 8, 0.0, 128)
+    settings = masking.settings(options)
+    assert settings["gamma"] == 1.0 and settings["batch_size"] == 8 * 128 // 4 and settings["ent_coef"] == 0.0
+    (tmp_path / "commands.txt").write_text("python benchmark/report.py x\n")
+    with pytest.raises(SystemExit, match="maskable-ppo"):
+        masking.peer_options(tmp_path / "commands.txt")

@@ -142,6 +142,27 @@ def test_runner_runs_a_peer_with_its_own_defaults_and_shares_the_cpus(tmp_path, 
     assert (out / "Pong" / "theirs" / "seed3" / "done.json").exists() and not (out / "Pong" / "skip").exists()
 
 
+def test_a_peers_own_flags_go_to_it_alone_and_its_runs_are_marked_as_a_peers(tmp_path):
+    """--peer 'NAME=SCRIPT FLAGS': the peer gets FLAGS after the three it always gets; --flags and the variants' flags
+    do not reach it, and its done.json names it as a peer (report.py's "Ours against peers")."""
+    peer = tmp_path / "elsewhere" / "their_ppo.py"
+    peer.parent.mkdir()
+    peer.write_text(PEER)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_atari.py", "--env-ids", "Pong"]
+        + ["--seeds", "3", "--total-timesteps", "7", "--peer", f"theirs={peer} --gamma 1 --num-envs 8"]
+        + ["--variant", "skip=--no-gae", "--flags=--no-gae", "--out", str(out), "--workers", "1", "--index", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads((out / "Pong" / "theirs" / "seed3" / "seen.json").read_text())
+    assert seen["argv"] == ["--env-id", "Pong", "--seed", "3", "--total-timesteps", "7", "--gamma", "1", "--num-envs", "8"]
+    assert json.loads((out / "Pong" / "theirs" / "seed3" / "done.json").read_text())["peer"] == "their_ppo.py"
+    assert not (out / "Pong" / "skip").exists()
+
+
 def test_runner_refuses_a_missing_peer_in_one_line(tmp_path):
     done = runner(*TINY, "--peer", f"theirs={tmp_path / 'nothing.py'}", "--print-commands")
     assert done.returncode == 1 and done.stderr.strip().count("\n") == 0 and "--peer theirs=" in done.stderr
