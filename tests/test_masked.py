@@ -6,6 +6,7 @@ Then envpool's tasks as the rollout meets them (no mask that allows nothing), an
 script cannot take."""
 
 import itertools
+import subprocess
 import warnings
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import load_script, needs, pythonpath_first, run_script
+from conftest import ROOT, load_script, needs, pythonpath_first, run_script
 from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete
 from torch import nn
 from torch.distributions import Categorical
@@ -634,3 +635,19 @@ def test_checking_an_env_id_prints_no_warning(env_id):
         warnings.simplefilter("always")
         assert not envpool_task(env_id)
     assert not caught, [str(w.message) for w in caught]
+
+
+def test_the_readme_states_the_size_of_the_diff_from_ppo_py():
+    """The README's figures for `diff ppo.py ppo_masked.py` are the diff's: its lines, and the lines added and removed."""
+    import re
+    import shutil
+
+    if shutil.which("diff") is None:
+        pytest.skip("no diff program on this machine")
+    text = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"`diff ppo.py ppo_masked.py` [^:]*: (\d+) lines \((\d+) added, (\d+) removed\)", text)
+    assert said, "the README no longer states the diff's size"
+    out = subprocess.run(["diff", "ppo.py", "ppo_masked.py"], cwd=ROOT, capture_output=True, text=True).stdout
+    lines = out.splitlines()
+    counted = (len(lines), sum(line.startswith("> ") for line in lines), sum(line.startswith("< ") for line in lines))
+    assert tuple(int(n) for n in said.groups()) == counted
