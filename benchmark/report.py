@@ -178,8 +178,10 @@ def main(argv=None):
     table = tables.runs
     peers = dict(table[["variant", "peer"]].dropna().drop_duplicates().values) if "peer" in table else {}
     if peers and (runs["variant"] == "default").any():
+        cleanrl = "cleanrl" in peers  # the notes on CleanRL's logging below are for it alone
+        given = "run with its own defaults" if cleanrl else "run with the flags its --peer gave it (the commands above)"
         note = (
-            "Ours is the default variant; a peer is another project's script run with its own defaults (benchmark/run.py "
+            f"Ours is the default variant; a peer is another project's script {given} (benchmark/run.py "
             "--peer). A return is the mean ± the sample standard deviation over seeds; the interval resamples each "
             "side's seeds on its own; ours is level where it contains 0.\n\n"
         )
@@ -190,11 +192,16 @@ def main(argv=None):
         note = (
             "Training statistics at equal steps, ours / peer: each one's mean over the updates (episode length: over the "
             "episodes) that fell in each span of steps, then over seeds. Ours logs each update's mean over all its "
-            "minibatches; CleanRL's logs those of the update's last minibatch (clipfrac: the mean over all), so its approx_kl "
-            "reads higher than a mean over the update would (the KL from the rollout's policy grows over the epochs, "
-            "from 0 at the first minibatch): compare shapes and orders of magnitude, not the last digit. CleanRL's "
-            "ppo_atari.py counts an episode's length in emulator frames (its episode statistics wrap the env below the "
-            "frame skip), ours in agent steps of 4 frames each.\n"
+            "minibatches; "
+            + (
+                "CleanRL's logs those of the update's last minibatch (clipfrac: the mean over all), so its approx_kl "
+                "reads higher than a mean over the update would (the KL from the rollout's policy grows over the epochs, "
+                "from 0 at the first minibatch): compare shapes and orders of magnitude, not the last digit. CleanRL's "
+                "ppo_atari.py counts an episode's length in emulator frames (its episode statistics wrap the env below the "
+                "frame skip), ours in agent steps of 4 frames each.\n"
+                if cleanrl
+                else "a peer's are what it logs under the same names (benchmark/run.py's peer writes them).\n"
+            )
         )
         ours = variant_order(set(runs["variant"]) - set(peers))
         parts = [
