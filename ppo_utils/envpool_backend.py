@@ -7,7 +7,34 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 
-class EnvpoolVectorEnv(gym.vector.VectorEnv):
+class EnvpoolPool(gym.vector.VectorEnv):
+    """What both backends share: envpool's pool (self.envs, made by make_pool(seed), made again when reset asks for
+    another seed), SAME_STEP autoreset as they emulate it, the episode statistics they keep, close()."""
+
+    def start(self, num_envs, seed):
+        self.num_envs, self.seed = num_envs, seed
+        self.envs = self.make_pool(seed)
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        self.episode_returns = np.zeros(num_envs)
+        self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def observations(self, obs):
+        """envpool's observations as this backend gives them (the same, unless a subclass says otherwise)."""
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None and seed != self.seed:
+            self.envs.close()
+            self.envs, self.seed = self.make_pool(seed), seed
+        obs, _ = self.envs.reset()
+        self.episode_returns[:], self.episode_lengths[:] = 0, 0
+        return self.observations(obs), {}
+
+    def close(self, **kwargs):
+        self.envs.close()
+
+
+class EnvpoolVectorEnv(EnvpoolPool):
     """G10's envpool backend for Atari games behind the interface of the gymnasium ones. envpool runs the game and
     A1-A7 in C++ (set by `options`: envpool.make's keywords, which the scripts' make_envs take from their flags) but
     autoresets on the step after an episode ends; here a done env is reset at once by a step of that env alone, so that,
@@ -18,9 +45,9 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
     new seed makes the pool again)."""
 
     def __init__(self, env_id, **options):
-        self.env_id, self.pool_options, self.seed = env_id, options, options["seed"]
-        self.envs = self.make_pool(self.seed)
-        self.num_envs, self.stack_num = options["num_envs"], options["stack_num"]
+        self.env_id, self.pool_options = env_id, options
+        self.start(options["num_envs"], options["seed"])
+        self.stack_num = options["stack_num"]
         self.channels = 1 if options["gray_scale"] else 3
         shape = self.envs.observation_space.shape[1:]  # (stack * channels, H, W)
         shape = shape + (self.channels,) if self.stack_num == 1 else (self.stack_num,) + shape + (self.channels,)
@@ -28,9 +55,6 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.single_action_space = self.envs.action_space
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        self.episode_returns = np.zeros(self.num_envs)
-        self.episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
 
     def make_pool(self, seed):
         """envpool's pool of the game `env_id` names, with its sticky actions and its time limit in agent steps."""
@@ -46,18 +70,10 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
             max_episode_steps=spec.kwargs.get("max_num_frames_per_episode", 108_000) // self.pool_options["frame_skip"],
         )
 
-    def frames(self, obs):
+    def observations(self, obs):
         """(N, stack * C, H, W) -> (N, [stack,] H, W, C), the layout of the gymnasium backends."""
         obs = obs.reshape((len(obs), self.stack_num, self.channels) + obs.shape[-2:]).transpose(0, 1, 3, 4, 2)
         return obs[:, 0] if self.stack_num == 1 else obs
-
-    def reset(self, *, seed=None, options=None):
-        if seed is not None and seed != self.seed:
-            self.envs.close()
-            self.envs, self.seed = self.make_pool(seed), seed
-        obs, _ = self.envs.reset()
-        self.episode_returns[:], self.episode_lengths[:] = 0, 0
-        return self.frames(obs), {}
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.envs.step(actions)
@@ -68,7 +84,7 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
         if dones.any():
             game_over = dones & (info["terminated"].astype(bool) | truncations)  # with A3 a lost life is not the end
             infos["final_obs"], infos["_final_obs"] = np.empty(self.num_envs, dtype=object), dones
-            infos["final_obs"][:] = list(self.frames(obs))
+            infos["final_obs"][:] = list(self.observations(obs))
             episode = {"r": self.episode_returns.copy(), "l": self.episode_lengths.copy()}
             infos["final_info"] = {"episode": episode, "_episode": game_over}
             self.episode_returns[game_over], self.episode_lengths[game_over] = 0, 0
@@ -79,13 +95,10 @@ class EnvpoolVectorEnv(gym.vector.VectorEnv):
             # A6: a new episode's stack holds its first frame only; envpool keeps the lost life's frames in it
             stacks = obs.reshape((len(obs), self.stack_num, -1) + obs.shape[-2:])  # a view of obs
             stacks[ids] = stacks[ids, -1:]
-        return self.frames(obs), rewards, terminations, truncations, infos
-
-    def close(self, **kwargs):
-        self.envs.close()
+        return self.observations(obs), rewards, terminations, truncations, infos
 
 
-class EnvpoolTasks(gym.vector.VectorEnv):
+class EnvpoolTasks(EnvpoolPool):
     """G10's envpool backend for ppo_masked.py: one of envpool's tasks with dict observations and an action mask (its
     Jumanji tasks: Knapsack-v1, TSP-v1, JobShop-v0, ...) behind the interface of a gymnasium vector env with SAME_STEP
     autoreset. envpool resets an env on the step after its episode ends, returning first that episode's last
@@ -97,8 +110,8 @@ class EnvpoolTasks(gym.vector.VectorEnv):
     again)."""
 
     def __init__(self, task_id, num_envs, seed):
-        self.task_id, self.num_envs, self.seed = task_id, num_envs, seed
-        self.envs = self.make_pool(seed)
+        self.task_id = task_id
+        self.start(num_envs, seed)
         self.single_observation_space = self.envs.observation_space
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         space = self.envs.action_space
@@ -106,22 +119,11 @@ class EnvpoolTasks(gym.vector.VectorEnv):
             space = gym.spaces.MultiDiscrete(space.high.astype(np.int64) + 1)
         self.single_action_space = space
         self.action_space = gym.vector.utils.batch_space(space, num_envs)
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        self.episode_returns = np.zeros(num_envs)
-        self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
 
     def make_pool(self, seed):
         import envpool
 
         return envpool.make_gymnasium(self.task_id, num_envs=self.num_envs, seed=seed % 2**31)  # a C++ int
-
-    def reset(self, *, seed=None, options=None):
-        if seed is not None and seed != self.seed:
-            self.envs.close()
-            self.envs, self.seed = self.make_pool(seed), seed
-        obs, _ = self.envs.reset()
-        self.episode_returns[:], self.episode_lengths[:] = 0, 0
-        return obs, {}
 
     def step(self, actions):
         actions = np.asarray(actions, dtype=np.int32)
@@ -142,6 +144,3 @@ class EnvpoolTasks(gym.vector.VectorEnv):
             for key, value in reset_obs.items():
                 obs[key][reset_info["env_id"]] = value
         return obs, rewards, terminations, truncations, infos
-
-    def close(self, **kwargs):
-        self.envs.close()
