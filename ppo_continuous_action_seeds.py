@@ -1,20 +1,26 @@
-"""PPO for continuous actions, many seeds in one process: ppo_continuous_action.py training one independent agent per
-seed at once. Each agent keeps its own parameters, optimizer, envs, M1-M4 statistics and random streams, and is an
-ordinary run of ppo_continuous_action.py (its own run folder, TensorBoard events and agent.pt); this script computes
-what that one computes for each seed, batched: the agents' layers are applied together as one batched matmul
-(torch.baddbmm over their stacked weights), their envs are stepped as one vector env, and everything that reduces over
-a batch (G3's normalization, G8's clip, X3's stop, G1's adaptive beta, explained variance) does so per agent. What the
-diff against ppo_continuous_action.py shows is what batching adds. No torchrun (X2): one process holds the agents.
+"""PPO for continuous actions, many agents in one process: ppo_continuous_action.py training one independent agent per
+seed, and per setting (--setting NAME=FLAGS: flags of the loss and the update that differ between agents), at once.
+Each agent keeps its own parameters, Adam state, envs, M1-M4 statistics and random streams, and is an ordinary run of
+ppo_continuous_action.py with the common flags, its setting's and its seed (its own run folder, TensorBoard events and
+agent.pt); this script computes what that one computes for each agent, batched: the agents' parameters are stacked on a
+leading agent axis and each layer is one batched matmul (torch.baddbmm), their envs are one vector env, one Adam step
+serves them all, and everything that reduces over a batch or is a flag of a setting (G1's objective, clip range and
+beta, G3, G4, G5, G8's clip, X1, X3's stop, explained variance) is per agent. A setting may set the flags that are
+numbers or choices of the loss, the update or the initial weights (ppo_utils.seeds.PER_AGENT: --surrogate, --clip-coef,
+--kl-beta, --kl-dtarg, --gae-lambda, --norm-adv, --clip-vloss, --ent-coef, --vf-coef, --max-grad-norm, --ortho-init,
+--log-std-init, --anneal-clip-coef, --target-kl), not those that shape the batch, the network or the loop, the shared
+envs' wrappers, or the one Adam step (--learning-rate, --anneal-lr, --adam-eps). What the diff against
+ppo_continuous_action.py shows is what batching adds. No torchrun (X2): one process holds the agents.
 
     python ppo_continuous_action_seeds.py --env-id Hopper-v5 --seeds 1 2 3
+    python ppo_continuous_action_seeds.py --env-id Hopper-v5 --seeds 1 2 --setting 'clip=' \
+        --setting 'kl-adaptive=--surrogate kl-adaptive --kl-dtarg 0.01' --setting 'clip-0.1=--clip-coef 0.1'
 """
 
 import os
 import random
 from dataclasses import dataclass
-from functools import partial
-from types import SimpleNamespace
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -29,8 +35,8 @@ from ppo_utils.checkpoints import Update
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes
 from ppo_utils.flag_checks import ArgError, check_args
-from ppo_utils.seeds import agent_infos, agent_runs, agent_state, check_finite, end_update, finish_agents, log_update
-from ppo_utils.seeds import check_seeds, main, restore_agents, resume_agents
+from ppo_utils.seeds import AgentsAdam, agent_infos, agent_runs, check_finite, check_seeds, finish_agents, finish_updates
+from ppo_utils.seeds import main, resume_agents, start_agents
 
 
 @dataclass
@@ -135,19 +141,25 @@ class Args:
 
 @dataclass
 class Seeds:  # a base of SeedsArgs, so that --seeds comes first in --help
-    seeds: tuple[int, ...] = (1,)  # one agent per seed (agent i: ppo_continuous_action.py --seed seeds[i]), in 0 .. 2**32 - 1
+    seeds: tuple[int, ...] = (1,)  # one agent per seed and setting (ppo_continuous_action.py --seed k), in 0 .. 2**32 - 1
+    setting: tyro.conf.UseAppendAction[tuple[str, ...]] = ()  # NAME=FLAGS: agents (one per seed) with these flags (above)
 
 
 @dataclass
 class SeedsArgs(Args, Seeds):
-    resume: tuple[str, ...] | None = None  # continue the runs in these agent.pt files (one per seed, same flags and update)
+    resume: tuple[str, ...] | None = None  # continue the runs in these agent.pt files (one per agent, at the same update)
     eval_checkpoint: str | None = None  # play this agent.pt (of one agent) as ppo_continuous_action.py plays it; --seeds: one
 
     script: ClassVar[str] = os.path.basename(__file__)
 
+    @property
+    def num_agents(self) -> int:
+        return len(self.resume) if self.resume else len(self.seeds) * max(1, len(self.setting))
+
     def check(self, world_size: int, kind: str):
-        """Args.check, after the batched script's own rules (check_seeds: distinct seeds, one process, wandb for one run)."""
-        check_seeds(self, world_size)
+        """Args.check, after the batched script's own rules (check_seeds: distinct seeds, each --setting, one process,
+        wandb for one run)."""
+        check_seeds(self, world_size, Args)
         super().check(world_size, kind)
 
 
@@ -199,7 +211,7 @@ def make_envs(args: SeedsArgs, video_folders=None) -> gym.vector.VectorEnv:
     """The parallel envs (G10) of all agents as one vector env, agent a's envs at a * num_envs ... (a + 1) * num_envs - 1
     (video_folders[a]: where env 0 of agent a records), and the reference's vector-level wrappers, in the reference's
     order, M1-M4 with statistics per agent."""
-    num_agents, video_folders = len(args.seeds), video_folders or [None] * len(args.seeds)
+    num_agents, video_folders = args.num_agents, video_folders or [None] * args.num_agents
     thunks = [make_env(args, i, video_folders[i // args.num_envs] if i % args.num_envs == 0 else None)
               for i in range(num_agents * args.num_envs)]  # fmt: skip
     vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
@@ -338,47 +350,78 @@ class Agent(nn.Module):
 
 
 class Agents(nn.Module):
-    """The agents of all seeds, each an `Agent` with its own parameters, called together: every layer applies each agent's
-    weights to that agent's inputs, all agents in one batched matmul (torch.baddbmm over the weights stacked on a leading
-    agent axis), which costs about what one agent's call costs. Inputs and outputs are Agent's with the agent axis first:
-    x is (num_agents, batch, obs_dim). `weights`: the stacked parameters (stacked(); a rollout makes them once)."""
+    """The agents of all runs as one network: each parameter of `Agent` stacked on a leading agent axis (row i: agent i's,
+    the one copy of its weights), every layer applying each agent's weights to that agent's inputs, all agents in one
+    batched matmul (torch.baddbmm), which costs about what one agent's call costs. Inputs and outputs are Agent's with the
+    agent axis first: x is (num_agents, batch, obs_dim)."""
 
     def __init__(self, agents):
         super().__init__()
-        self.agents = nn.ModuleList(agents)
+        names = [name for name, _ in agents[0].named_parameters()]
+        stacked = map(torch.stack, zip(*(agent.parameters() for agent in agents)))
+        self.weights = nn.ParameterDict([(name.replace(".", "_"), w.detach()) for name, w in zip(names, stacked)])  # in order
         self.shared_network, self.state_dependent_std = agents[0].shared_network, agents[0].state_dependent_std
-        self.activation = agents[0].critic_body[1]  # M6
+        self.activation, self.num_agents = agents[0].critic_body[1], len(agents)  # M6
 
-    def stacked(self):
-        """{name: the parameter of every agent, stacked}; autograd hands each agent its part of the gradient."""
-        names = [name for name, _ in self.agents[0].named_parameters()]
-        return dict(zip(names, map(torch.stack, zip(*(agent.parameters() for agent in self.agents)))))
+    def layer(self, name, x):  # nn.Linear `name` of every agent
+        return torch.baddbmm(self.weights[f"{name}_bias"].unsqueeze(1), x, self.weights[f"{name}_weight"].transpose(1, 2))
 
-    def layer(self, weights, name, x):  # nn.Linear `name` of every agent
-        return torch.baddbmm(weights[f"{name}.bias"].unsqueeze(1), x, weights[f"{name}.weight"].transpose(1, 2))
+    def body(self, name, x):  # Agent's body(): two hidden layers of 64 units
+        return self.activation(self.layer(f"{name}_2", self.activation(self.layer(f"{name}_0", x))))
 
-    def body(self, weights, name, x):  # Agent's body(): two hidden layers of 64 units
-        return self.activation(self.layer(weights, f"{name}.2", self.activation(self.layer(weights, f"{name}.0", x))))
+    def get_value(self, x):
+        return self.layer("critic", self.body("critic_body", x))
 
-    def get_value(self, x, weights=None):
-        weights = weights or self.stacked()
-        return self.layer(weights, "critic", self.body(weights, "critic_body", x))
-
-    def get_action_and_value(self, x, action=None, generators=None, weights=None):
-        weights = weights or self.stacked()
-        hidden = self.body(weights, "critic_body" if self.shared_network else "actor_body", x)  # M7
-        action_mean = self.layer(weights, "actor_mean", hidden)
+    def get_action_and_value(self, x, action=None, generators=None):
+        hidden = self.body("critic_body" if self.shared_network else "actor_body", x)  # M7
+        action_mean = self.layer("actor_mean", hidden)
         if self.state_dependent_std:
-            action_logstd = self.layer(weights, "actor_logstd", hidden)
+            action_logstd = self.layer("actor_logstd", hidden)
         else:
-            action_logstd = weights["actor_logstd"].expand_as(action_mean)
+            action_logstd = self.weights["actor_logstd"].expand_as(action_mean)
         probs = Normal(action_mean, action_logstd.exp(), validate_args=False)  # a NaN goes on to the guard in train()
         if action is None:  # each agent draws from its own generator what Normal.sample() draws from torch's in Agent
             noise = torch.stack([torch.randn(x.shape[1:2] + action_mean.shape[2:], generator=g, device=x.device)
                                  for g in generators])  # fmt: skip
             action = action_mean + probs.scale * noise
-        value = self.layer(weights, "critic", hidden if self.shared_network else self.body(weights, "critic_body", x))
+        value = self.layer("critic", hidden if self.shared_network else self.body("critic_body", x))
         return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), value
+
+
+SURROGATES = Args.__annotations__["surrogate"].__args__  # G1's objectives; AgentsArgs.surrogate: each agent's index
+
+
+class AgentsArgs(NamedTuple):
+    """What ppo_loss and update_policy read of Args, for every agent: the flags a --setting may set, as tensors with the
+    agent axis first (what the loss reads shaped (num_agents, 1) to meet a minibatch), the batch's sizes as numbers."""
+
+    surrogate: torch.Tensor  # (G1) each agent's objective: its index in SURROGATES
+    norm_adv: torch.Tensor  # (G3)
+    clip_vloss: torch.Tensor  # (G4)
+    ent_coef: torch.Tensor  # (G5)
+    vf_coef: torch.Tensor  # (G5)
+    max_grad_norm: torch.Tensor  # (G8) 0: off
+    target_kl: torch.Tensor  # (X3) inf: off
+    update_epochs: int
+    batch_size: int
+    minibatch_size: int
+
+    @classmethod
+    def of(cls, flags, args, device):
+        """From each agent's flags (`flags`, Args each) and the common ones (`args`)."""
+        per_agent = lambda values: torch.tensor(values, device=device)  # noqa: E731
+        return cls(
+            surrogate=per_agent([SURROGATES.index(f.surrogate) for f in flags]),
+            norm_adv=per_agent([f.norm_adv for f in flags])[:, None],
+            clip_vloss=per_agent([f.clip_vloss for f in flags])[:, None],
+            ent_coef=per_agent([f.ent_coef for f in flags]),
+            vf_coef=per_agent([f.vf_coef for f in flags]),
+            max_grad_norm=per_agent([f.max_grad_norm for f in flags]),
+            target_kl=per_agent([np.inf if f.target_kl is None else f.target_kl for f in flags]),
+            update_epochs=args.update_epochs,
+            batch_size=args.batch_size,
+            minibatch_size=args.minibatch_size,
+        )
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
@@ -412,25 +455,23 @@ def normalize_advantages(advantages):
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
-    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`. The KL penalty uses the
-    estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased, with the exact KL's
-    gradient in expectation."""
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, for each agent its own (surrogate:
+    its index in SURROGATES). The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's
+    actions: non-negative, unbiased, with the exact KL's gradient in expectation."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
-    if surrogate == "clip":
-        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
-    if surrogate == "unclipped":
-        return pg_loss.mean(-1)
-    return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
+    clipped = torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
+    penalized = pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
+    return torch.where(surrogate == 0, clipped, torch.where(surrogate == 1, pg_loss.mean(-1), penalized))
 
 
 def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
-    """G4: half the squared error, with clip_vloss the larger of the plain and the clipped-around-oldvalue errors."""
+    """G4: half the squared error, where clip_vloss holds (per agent) the larger of the plain and the
+    clipped-around-oldvalue errors."""
     v_loss = (newvalue - returns) ** 2
-    if clip_vloss:
-        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
-        v_loss = torch.max(v_loss, (v_clipped - returns) ** 2)
+    v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
+    v_loss = torch.where(clip_vloss, torch.max(v_loss, (v_clipped - returns) ** 2), v_loss)
     return 0.5 * v_loss.mean(-1)
 
 
@@ -443,10 +484,11 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
     return kl_beta
 
 
-def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
+def ppo_loss(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
     """G1, G3, G4, G5: the loss of one minibatch of every agent (a dict with the keys of the flat batch, each shaped
-    (num_agents, minibatch_size, ...)), summed over the agents (each agent's gradient is that of its own loss), and its
-    logged statistics, one per agent; KL estimates and clip fraction carry no gradient."""
+    (num_agents, minibatch_size, ...)), each with its own flags (args; clip_coef (num_agents, 1), kl_beta one per agent),
+    summed over the agents (each agent's gradient is that of its own loss), and its logged statistics, one per agent; KL
+    estimates and clip fraction carry no gradient."""
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
     logratio = newlogprob - mb["logprobs"]
     with torch.no_grad():
@@ -454,7 +496,7 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         old_approx_kl = (-logratio).mean(-1)
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
-    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
+    mb_advantages = torch.where(args.norm_adv, normalize_advantages(mb["advantages"]), mb["advantages"])  # G3
     pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
@@ -463,7 +505,7 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
     return loss.sum(), stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
-def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
+def ppo_backward(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
     """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
     --compile (the default) swaps in ppo_utils.compiled.compiled_backward(ppo_loss): the same, as one compiled graph."""
     loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
@@ -471,44 +513,54 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
     return mb_stats
 
 
-def update_policy(agent, optimizers, batch, args: Args, clip_coef, kl_beta, shufflers, backward=ppo_backward):
+def clip_grad_norms(parameters, max_grad_norm):
+    """G8 for every agent at once, as nn.utils.clip_grad_norm_ does it for one: the L2 norm of each agent's gradients
+    (over all its parameters: of the norms of each parameter's rows), and its gradients scaled by the clip factor
+    max_grad_norm / (norm + 1e-6) where that is below 1; max_grad_norm 0 (an agent's): off for that agent."""
+    grads = [p.grad for p in parameters]
+    norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1)
+    factor = (max_grad_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)
+    factor = torch.where(max_grad_norm > 0, factor, 1.0)
+    torch._foreach_mul_(grads, [factor.view((-1,) + (1,) * (g.dim() - 1)) for g in grads])
+
+
+def update_policy(agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta, shufflers, backward=ppo_backward):
     """G7: `update_epochs` epochs of minibatch steps on each agent's flat batch (a dict, built in train(), with the agent
-    axis first), each agent with its own optimizer and its own shuffle (shufflers: one numpy RandomState per agent).
-    backward: ppo_backward or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each per agent
-    the mean over its minibatches, as tensors, and "epochs", the epochs each agent ran (X3 stops agents one by one: a
-    stopped agent's optimizer steps no more and its shuffle draws no more, while the others go on)."""
-    num_agents, device = len(optimizers), batch["obs"].device
+    axis first), each agent with its own shuffle (shufflers: one numpy RandomState per agent), one Adam step for all
+    (AgentsAdam). backward: ppo_backward or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each
+    per agent the mean over its minibatches, as tensors, and "epochs", the epochs each agent ran (X3 stops agents one by
+    one: a stopped agent's parameters and Adam state stay and its shuffle draws no more, while the others go on)."""
+    num_agents, device = len(shufflers), batch["obs"].device
     b_inds = np.tile(np.arange(args.batch_size), (num_agents, 1))
     agent_axis = torch.arange(num_agents, device=device)[:, None]
-    running = [True] * num_agents  # X3: the agents whose update goes on
-    epochs, all_mb_stats = [0] * num_agents, []  # each minibatch's statistics (the update logs each agent's mean)
+    running = np.ones(num_agents, dtype=bool)  # X3: the agents whose update goes on
+    stops = bool(torch.isfinite(args.target_kl).any())  # device sync
+    epochs, all_mb_stats = np.zeros(num_agents, dtype=int), []  # each minibatch's statistics (the update logs their mean)
     for epoch in range(args.update_epochs):
         for i in np.flatnonzero(running):
             shufflers[i].shuffle(b_inds[i])
-            epochs[i] += 1
+        epochs += running
         for start in range(0, args.batch_size, args.minibatch_size):
             mb_inds = torch.as_tensor(b_inds[:, start : start + args.minibatch_size], device=device)
             mb = {key: value[agent_axis, mb_inds] for key, value in batch.items()}
-            agent.zero_grad()
+            optimizer.zero_grad()
             # the loss and its gradients: ppo_backward's loss.backward(), or with --compile (the feed-forward scripts'
             # default) ppo_utils/compiled.py's one graph of ppo_loss and its torch.func.grad: the same gradients, faster
             mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # ppo_loss's statistics
             all_mb_stats.append(torch.stack(list(mb_stats.values()), dim=1))
-            for i in np.flatnonzero(running):
-                if args.max_grad_norm > 0:
-                    nn.utils.clip_grad_norm_(agent.agents[i].parameters(), args.max_grad_norm)  # G8, per agent
-                optimizers[i].step()
+            clip_grad_norms(agent.parameters(), args.max_grad_norm)  # G8, per agent
+            optimizer.step(running)
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if args.target_kl is not None:
-            running = [run and not kl > args.target_kl for run, kl in zip(running, approx_kl.tolist())]  # device sync
-            if not any(running):
+        if stops:
+            running &= ~(approx_kl > args.target_kl).cpu().numpy()  # device sync
+            if not running.any():
                 break
-    minibatches = torch.tensor(epochs, device=device)[:, None] * (args.batch_size // args.minibatch_size)
+    minibatches = torch.as_tensor(epochs, device=device)[:, None] * (args.batch_size // args.minibatch_size)
     per_minibatch = torch.stack(all_mb_stats)  # (minibatches, agents, statistics); an agent's first ones are its own
     ran = torch.arange(len(all_mb_stats), device=device)[:, None] < minibatches.T  # (minibatches, agents)
     means = (per_minibatch * ran[..., None]).sum(0) / minibatches
-    return dict(zip(mb_stats, means.T)) | {"epochs": epochs}
+    return dict(zip(mb_stats, means.T)) | {"epochs": epochs.tolist()}
 
 
 def batch_kl(agent, batch):
@@ -519,7 +571,7 @@ def batch_kl(agent, batch):
         return ((logratio.exp() - 1) - logratio).mean(-1)
 
 
-def truncation_bootstrap(agent, infos, terminations, truncations, gamma, weights):
+def truncation_bootstrap(agent, infos, terminations, truncations, gamma):
     """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others (each
     env's value from its own agent)."""
     device = next(agent.parameters()).device
@@ -528,9 +580,9 @@ def truncation_bootstrap(agent, infos, terminations, truncations, gamma, weights
     if cut.any():
         final_obs = np.zeros((len(cut),) + infos["final_obs"][cut][0].shape, dtype=np.float32)
         final_obs[cut] = np.stack(infos["final_obs"][cut])
-        final_obs = torch.as_tensor(final_obs, device=device).view(len(agent.agents), -1, *final_obs.shape[1:])
+        final_obs = torch.as_tensor(final_obs, device=device).view(agent.num_agents, -1, *final_obs.shape[1:])
         with torch.inference_mode():
-            bonus[cut] = gamma * agent.get_value(final_obs, weights).flatten().cpu().numpy()[cut]  # device sync
+            bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()[cut]  # device sync
     return bonus
 
 
@@ -538,39 +590,32 @@ def train(args: SeedsArgs, stop_signals=()):
     """The whole run of every agent; returns the agents, each one's episodic returns and the last rollout (for tests and
     notebooks). Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes
     the current env step, saves a checkpoint of every agent, closes everything and returns."""
-    args, checkpoints = resume_agents(args, Args)  # --resume: the runs go on with their checkpoints' flags (others refused)
-    check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
+    args, resumed = resume_agents(args, Args)  # --resume: the runs go on with their checkpoints' flags (others refused)
+    check_args(args)  # every flag, each --setting and the env id: a bad one ends here, in one line, before anything is written
     _, _, device = distributed_setup(args.cuda)
-    num_agents = len(args.seeds)
-    runs = agent_runs(args, Args, checkpoints, stop_signals)  # each agent's folder, logs and checkpoints
+    runs = agent_runs(args, Args, resumed, stop_signals)  # each agent's flags (its setting's, its seed), folder and logs
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
     envs = make_envs(args, [run.video_folder for run in runs])
-    agents, optimizers, generators, shufflers = [], [], [], []
-    fused = args.fused_adam or None  # None: PyTorch's default Adam
-    for seed in args.seeds:  # each agent as ppo_continuous_action.py --seed `seed` makes it, with the streams it draws
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-        agents.append(Agent(envs, args).to(device))
-        optimizers.append(torch.optim.Adam(agents[-1].parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused))
-        generators.append(torch.Generator(device).manual_seed(seed))  # its actions' noise: torch's stream after the init
+    flags, agents, generators, shufflers = [run.args for run in runs], [], [], []
+    for run in runs:  # each agent as ppo_continuous_action.py makes it with its flags and seed, with the streams it draws
+        random.seed(run.args.seed)
+        np.random.seed(run.args.seed)
+        torch.manual_seed(run.args.seed)
+        agents.append(Agent(envs, run.args).to(device))
+        generators.append(torch.Generator(device).manual_seed(run.args.seed))  # its actions' noise: torch's stream after init
         if device.type == "cpu":
             generators[-1].set_state(torch.get_rng_state())
-        shufflers.append(np.random.RandomState(seed))  # its minibatches' shuffles: numpy's stream
-    agent = Agents(agents)
+        shufflers.append(np.random.RandomState(run.args.seed))  # its minibatches' shuffles: numpy's stream
+    agent = Agents(agents)  # their parameters stacked: the one copy, of which each run's Agent views its row
+    optimizer = AgentsAdam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam or None)  # G11
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
-    last_updates = [Update(iteration=0, global_step=0, kl_beta=args.kl_beta)] * num_agents  # each agent's: none yet
-    if checkpoints[0]:  # the checkpoints' parameters, optimizers, env statistics and RNG states replace those made above
-        last_updates = restore_agents(args.resume, checkpoints, agents, optimizers, envs, shufflers, generators)
-    share = SimpleNamespace(num_envs=args.num_envs, close=envs.close)  # what a run reads of its envs: its agent's count
-    for i, run in enumerate(runs):  # each run's checkpoints keep its agent's own state
-        state = partial(agent_state, envs, i, shufflers, generators, args.num_envs)
-        run.start(agents[i], optimizers[i], share, last_updates[i], state)
+    last_updates = start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, generators)  # --resume: loaded
     global_step, kl_beta = last_updates[0].global_step, [update.kl_beta for update in last_updates]
+    agent_args, num_agents = AgentsArgs.of(flags, args, device), len(runs)  # what the loss and the update read, per agent
 
     # storage, with the agent axis after the step's; dones[t] = 1 where obs[t] is the first observation of a new episode
     # (step t-1 ended one). The rewards and episode ends stay on the host until the rollout ends: a step copies the
@@ -584,32 +629,30 @@ def train(args: SeedsArgs, stop_signals=()):
     values = torch.zeros(shape, device=device)
 
     # agent a's env i: seed_a + i (a resumed run adds the step it starts from)
-    next_obs, _ = envs.reset(seed=[seed + global_step + i for seed in args.seeds for i in range(args.num_envs)])
+    next_obs, _ = envs.reset(seed=[f.seed + global_step + i for f in flags for i in range(args.num_envs)])
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(shape[1:] + next_obs.shape[1:])
     next_done = torch.zeros(shape[1:])
+    gae_lambda = torch.tensor([f.gae_lambda for f in flags], device=device)[:, None]  # G2, per agent
 
     for iteration in range(last_updates[0].iteration + 1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
         if args.anneal_lr:
-            for optimizer in optimizers:
-                optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
-        clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
+        clip_coef = [frac * f.clip_coef if f.anneal_clip_coef else f.clip_coef for f in flags]  # X1, per agent
 
-        with torch.no_grad():
-            weights = agent.stacked()  # the agents' weights, stacked once for the rollout
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(next_obs, generators=generators, weights=weights)
+                action, logprob, _, value = agent.get_action_and_value(next_obs, generators=generators)
             values[step] = value.squeeze(-1)
             actions[step] = action  # M8: the unclipped sample is stored; ClipAction clips what the env gets
             logprobs[step] = logprob
 
             next_obs, reward, terminations, truncations, infos = envs.step(action.flatten(0, 1).cpu().numpy())  # device sync
             if args.bootstrap_truncated:
-                reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma, weights)  # B1
+                reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma)  # B1
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32).view(shape[1:])
             next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(obs.shape[1:])
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32).view(shape[1:])
@@ -624,7 +667,7 @@ def train(args: SeedsArgs, stop_signals=()):
             next_value = agent.get_value(next_obs).squeeze(-1)
             advantages, returns = compute_gae(  # the rollout's rewards and episode ends go to the device once
                 rewards.to(device), values, dones.to(device), next_value, next_done.to(device),
-                args.gamma, args.gae_lambda, args.gae,
+                args.gamma, gae_lambda, args.gae,
             )  # fmt: skip
 
         batch = {  # each agent's rollout flattened as ppo_continuous_action.py flattens it: (agent, step * env, ...)
@@ -635,36 +678,28 @@ def train(args: SeedsArgs, stop_signals=()):
             "returns": returns.transpose(0, 1).reshape(num_agents, -1),
             "values": values.transpose(0, 1).reshape(num_agents, -1),
         }
-        beta = torch.tensor(kl_beta, device=device)  # each agent's G1 KL coefficient
-        stats = update_policy(agent, optimizers, batch, args, clip_coef, beta, shufflers, backward)
+        clip_coefs, kl_betas = torch.tensor(clip_coef, device=device)[:, None], torch.tensor(kl_beta, device=device)
+        stats = update_policy(agent, optimizer, batch, agent_args, clip_coefs, kl_betas, shufflers, backward)
         failed = check_finite(runs, stats, iteration, global_step)  # the NaN guard of each agent: {agent: why}
-        if args.surrogate == "kl-adaptive":
+        if "kl-adaptive" in [f.surrogate for f in flags]:
             kls = batch_kl(agent, batch).tolist()  # device sync
-            kl_beta = [adapt_kl_beta(beta, kl, args.kl_dtarg) for beta, kl in zip(kl_beta, kls)]  # G1
+            kl_beta = [adapt_kl_beta(b, kl, f.kl_dtarg) if f.surrogate == "kl-adaptive" else b
+                       for b, kl, f in zip(kl_beta, kls, flags)]  # fmt: skip  # G1
 
-        losses = {f"losses/{key}": value.tolist() for key, value in stats.items() if key != "epochs"}  # device sync
-        y_preds, y_trues = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
-        for i, run in enumerate(runs):
-            if i in failed:
-                continue
-            y_pred, y_true = y_preds[i], y_trues[i]
-            var_y = np.var(y_true)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-            scalars = {"charts/learning_rate": optimizers[i].param_groups[0]["lr"], "charts/clip_coef": clip_coef}
-            if args.surrogate in ("kl-fixed", "kl-adaptive"):
-                scalars["charts/kl_beta"] = kl_beta[i]
-            if args.target_kl is not None:
-                scalars["charts/update_epochs"] = stats["epochs"][i]  # X3: the epochs run before the KL stopped the update
-            scalars |= {key: value[i] for key, value in losses.items()}
-            scalars["losses/explained_variance"] = explained_var
-            log_update(run, global_step, scalars)  # with the episodes that ended and the SPS; the progress line names the seed
-            run.finish_update(iteration, global_step, kl_beta[i])  # notes the update its checkpoint is to save
-        end_update(runs, iteration, failed, args.script)  # the agents' checkpoints, as one set; after a NaN, the others'
+        y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
+        var_y = np.var(y_true, axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            explained_var = np.where(var_y == 0, np.nan, 1 - np.var(y_true - y_pred, axis=-1) / var_y)
+        scalars = {"charts/learning_rate": [optimizer.param_groups[0]["lr"]] * num_agents, "charts/clip_coef": clip_coef}
+        scalars |= {"charts/kl_beta": kl_beta, "charts/update_epochs": stats["epochs"]}  # those of a KL surrogate, of X3
+        scalars |= {f"losses/{key}": value.tolist() for key, value in stats.items() if key != "epochs"}  # device sync
+        scalars["losses/explained_variance"] = explained_var.tolist()
+        finish_updates(runs, iteration, global_step, scalars, kl_beta, optimizer, failed, args.script)  # logs, checkpoints
 
     finish_agents(runs, args.script)  # the last checkpoints (--save-model, after a signal), says where it all is
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
     returns, sps, names = [run.log.episodic_returns for run in runs], [run.log.sps for run in runs], [run.name for run in runs]
-    return {"agent": agent, "run_name": names, "episodic_returns": returns, "rollout": rollout, "sps": sps}
+    return {"agent": agent, "agents": agents, "run_name": names, "episodic_returns": returns, "rollout": rollout, "sps": sps}
 
 
 if __name__ == "__main__":

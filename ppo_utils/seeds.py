@@ -12,16 +12,21 @@ import os
 import random
 import shlex
 import sys
+import typing
 from dataclasses import fields, replace
+from functools import partial
+from types import SimpleNamespace
 
+import numpy as np
 import torch
+from torch.optim.adam import adam
 
 from . import run as run_module
 from .checkpoints import CheckpointError, Checkpoints, Update, check_restorable, finish_interrupted_set
 from .checkpoints import numpy_state_loaded, numpy_state_saved, resume_command, resume_flags, save_checkpoints
 from .checkpoints import script_as_started
 from .env_statistics import env_statistics, set_env_statistics
-from .flag_checks import FLAG_RULES, ArgError
+from .flag_checks import FLAG_RULES, ArgError, check_flags
 from .run import STOPPED, NonFiniteError, Run
 
 
@@ -50,19 +55,106 @@ def single_script():
     return sys.modules["ppo_continuous_action"]
 
 
-def check_seeds(args, world_size):
-    """The rules of the batched script's own flags, for `world_size` processes: distinct seeds in numpy's range, one
-    process, wandb for one run; ArgError for the first broken one."""
+def check_seeds(args, world_size, run_args):
+    """The rules of the batched script's own flags, for `world_size` processes: distinct seeds in numpy's range, each
+    --setting well formed and per agent (agent_flags), one process, wandb for one run; ArgError for the first broken
+    one."""
     in_range, fix = FLAG_RULES["seed"]
     for seed in args.seeds:
         if not in_range(seed):
             raise ArgError(f"--seeds {seed}: {fix}")
     if not args.seeds or len(set(args.seeds)) < len(args.seeds):
         raise ArgError(f"--seeds {' '.join(map(str, args.seeds))}: pass one or more distinct seeds")
+    if args.setting and args.resume:
+        raise ArgError("--resume continues each run with its own flags; drop --setting")
+    agents = len(args.resume) if args.resume else len(agent_flags(args, run_args))
     if world_size > 1:
         raise ArgError(f"{args.script} trains its agents in one process; for torchrun (X2) use ppo_continuous_action.py")
-    if args.track and len(args.seeds) > 1:
-        raise ArgError("--track sends one run per process to wandb; pass one seed, or `wandb sync` the runs' folders later")
+    if args.track and agents > 1:
+        raise ArgError("--track sends one run per process to wandb; train one agent, or `wandb sync` the runs' folders later")
+
+
+# --setting: the flags of ppo_continuous_action.py an agent may set for itself, each a number or a choice of the loss,
+# the update or the initial weights (the agents' tensors hold one value per agent); the others are the same for every
+# agent of a process, for the reason given with them
+PER_AGENT = ("surrogate", "clip_coef", "kl_beta", "kl_dtarg", "gae_lambda", "norm_adv", "clip_vloss", "ent_coef", "vf_coef",
+             "max_grad_norm", "ortho_init", "log_std_init", "anneal_clip_coef", "target_kl")  # fmt: skip
+SHARED = {
+    "changes the batch's shape": ("num_envs", "num_steps", "num_minibatches", "total_timesteps"),
+    "changes the update's loop": ("update_epochs",),
+    "changes the network (one stacked network for all agents)": ("activation", "shared_network", "state_dependent_std"),
+    "changes the vector env all agents share (its wrappers, M1-M4, M8)": (
+        "env_id", "mask_velocity", "vector_env", "norm_obs", "clip_obs", "norm_reward", "clip_reward", "norm_per_env",
+        "clip_action", "gamma",
+    ),
+    "changes the rollout's loop for all agents": ("gae", "bootstrap_truncated"),
+    "is a setting of the agents' one Adam step": ("learning_rate", "anneal_lr", "adam_eps"),
+}  # fmt: skip
+
+
+def settings(args, run_args):
+    """--setting NAME=FLAGS ...: [(name, {field: value})], in order; no --setting: one setting, [(None, {})]. ArgError,
+    before anything is written, for a malformed setting, a name given twice, a flag ppo_continuous_action.py lacks, a
+    bad value, and a flag no agent may set for itself (SHARED's, the process's)."""
+    found, kinds = [], {field.name: field.type for field in fields(run_args)}
+    for spec in args.setting:
+        name, sep, words = spec.partition("=")
+        if not sep or not name or not all(c.isalnum() or c in "-_." for c in name) or "__" in name:
+            raise ArgError(f"--setting {spec}: write NAME=FLAGS (NAME of letters, digits, -, _ and .), e.g. "
+                           "--setting 'clip-0.1=--clip-coef 0.1'")  # fmt: skip
+        if name in [other for other, _ in found]:
+            raise ArgError(f"--setting {name}: the name is given twice; name each setting once")
+        found.append((name, setting_values(name, shlex.split(words), kinds)))
+    return found or [(None, {})]
+
+
+def setting_values(name, words, kinds):
+    """{field: value} of one setting's flags (`words`), typed as `kinds` ({field: its type in run_args}) says."""
+    values = {}
+    while words:
+        word, value = words.pop(0).partition("=")[::2]
+        field = word[2:].replace("-", "_")
+        negated = field.startswith("no_") and kinds.get(field[3:]) is bool
+        field = field[3:] if negated else field
+        if not word.startswith("--") or field not in kinds:
+            raise ArgError(f"--setting {name}: {word} is not a flag of ppo_continuous_action.py; see its --help")
+        if field not in PER_AGENT:
+            why = next((why for why, names in SHARED.items() if field in names), "belongs to the process")
+            fix = "--seeds sets each agent's" if field == "seed" else "pass it outside --setting"
+            raise ArgError(f"--setting {name}: {word} {why}; {fix}")
+        if kinds[field] is bool:
+            values[field] = not negated
+            continue
+        if not value and (not words or words[0].startswith("--")):
+            raise ArgError(f"--setting {name}: {word} takes a value; write {word} VALUE")
+        value = value or words.pop(0)
+        choices = typing.get_args(kinds[field]) if typing.get_origin(kinds[field]) is typing.Literal else None
+        try:
+            if choices:
+                assert value in choices
+                values[field] = value
+            else:
+                values[field] = None if value == "None" and type(None) in typing.get_args(kinds[field]) else float(value)
+        except (AssertionError, ValueError):
+            wanted = f"one of {', '.join(choices)}" if choices else "a number"
+            raise ArgError(f"--setting {name}: {word} {value}: pass {wanted}") from None
+    return values
+
+
+def agent_flags(args, run_args):
+    """Each agent's flags as `run_args` (what its checkpoint saves), setting after setting, seed after seed in each: the
+    common flags of `args`, its setting's over them, its seed, and with a setting its name after --exp-name (the run's
+    folder runs/{env_id}__{exp_name}-{setting}__{seed}__{time}). ArgError for a value out of its flag's range."""
+    agents = []
+    for name, values in settings(args, run_args):
+        exp_name = args.exp_name if name is None else f"{args.exp_name}-{name}"
+        for seed in args.seeds:
+            agents.append(run_args(**common_flags(args, run_args) | values | {"seed": seed, "exp_name": exp_name}))
+            try:
+                check_flags(agents[-1])
+            except ArgError as e:
+                raise ArgError(f"--setting {name}: {e}") from None
+    return agents
 
 
 def common_flags(args, run_args):
@@ -71,37 +163,37 @@ def common_flags(args, run_args):
     return {field.name: getattr(args, field.name) for field in fields(run_args) if field.name not in ("seed", "resume")}
 
 
-def agent_args(args, run_args, seed, resume=None):
-    """One agent's flags as `run_args`, which its checkpoint saves: those of `args`, with its seed and the checkpoint it
-    resumes."""
-    return run_args(**common_flags(args, run_args), seed=seed, resume=resume)
-
-
 def resume_agents(args, run_args):
-    """--resume A B ...: (args with the flags and seeds of the checkpoints, the checkpoints); without --resume, (args, a
-    None per seed). Each run continues with its own flags, as ppo_continuous_action.py --resume does; the runs must have
-    the same flags (their seeds apart) and have ended the same update, so that they go on in step."""
+    """--resume A B ...: (args with the common flags of the checkpoints and their seeds, [(each agent's flags, its
+    checkpoint)]); without --resume, (args, None). Each run continues with its own flags, as ppo_continuous_action.py
+    --resume does; the runs must share the flags no agent sets for itself (PER_AGENT's apart: their settings may differ)
+    and have ended the same update, so that they go on in step."""
     if not args.resume:
-        return args, [None] * len(args.seeds)
+        return args, None
     if args.seeds != type(args)().seeds:
         raise ArgError("--resume continues each run with its own seed; drop --seeds")
     completed = finish_interrupted_set(args.resume)  # a set whose writing was cut short between two renames
     if completed:
         print(f"the last checkpoints of these runs were cut short while written; completed them: {' '.join(completed)}")
-    loaded = [resume_flags(agent_args(args, run_args, run_args().seed, path)) for path in args.resume]
-    (first, checkpoint), seeds = loaded[0], [flags.seed for flags, _ in loaded]
+    one = {field: getattr(args, field) for field in ("setting", "exp_name")}  # refused with --resume by check_seeds
+    loaded = [resume_flags(run_args(**common_flags(replace(args, **one), run_args), resume=path)) for path in args.resume]
+    (first, checkpoint), agents = loaded[0], [(flags.exp_name, flags.seed) for flags, _ in loaded]
+    shared = [field.name for field in fields(run_args) if field.name not in (*PER_AGENT, "seed", "exp_name", "resume")]
     for path, (flags, other) in zip(args.resume[1:], loaded[1:]):
-        if replace(flags, seed=first.seed, resume=None) != replace(first, resume=None):
-            raise ArgError(f"--resume {path} was trained with other flags than {args.resume[0]}; resume it by itself")
+        differ = [name for name in shared if getattr(flags, name) != getattr(first, name)]
+        if differ:
+            raise ArgError(f"--resume {path} was trained with another --{differ[0].replace('_', '-')} than {args.resume[0]}; "
+                           "resume it by itself")  # fmt: skip
         if other["iteration"] != checkpoint["iteration"]:
             raise ArgError(
                 f"--resume {path} ended update {other['iteration']} and {args.resume[0]} update {checkpoint['iteration']}; "
                 "resume each by itself with ppo_continuous_action.py --resume"
             )
-    if len(set(seeds)) < len(seeds):
-        raise ArgError(f"--resume: two of these runs have seed {max(seeds, key=seeds.count)}; resume each once")
-    checkpoints = [checkpoint for _, checkpoint in loaded]
-    return type(args)(**common_flags(first, run_args), seeds=tuple(seeds), resume=args.resume), checkpoints
+    if len(set(agents)) < len(agents):
+        exp_name, seed = max(agents, key=agents.count)
+        raise ArgError(f"--resume: two of these runs are {exp_name} with seed {seed}; resume each once")
+    seeds = tuple(dict.fromkeys(seed for _, seed in agents))
+    return type(args)(**common_flags(first, run_args), seeds=seeds, resume=args.resume), loaded
 
 
 class AgentCheckpoints(Checkpoints):
@@ -112,25 +204,102 @@ class AgentCheckpoints(Checkpoints):
         return False
 
 
-def agent_runs(args, run_args, checkpoints, stop_signals):
-    """Each agent's Run (its folder, logs and checkpoints), made with its flags as `run_args` and the checkpoint it
-    resumes (`checkpoints`: one per seed, None for a new run)."""
-    paths = args.resume or [None] * len(args.seeds)
-    runs = []
-    for seed, checkpoint, path in zip(args.seeds, checkpoints, paths):
-        runs.append(Run(agent_args(args, run_args, seed, path), resumed_from=checkpoint, rank=0, world_size=1,
-                        stop_signals=stop_signals))  # fmt: skip
+def agent_runs(args, run_args, resumed, stop_signals):
+    """Each agent's Run (its folder, logs and checkpoints), made with its flags as `run_args` (agent_flags; --resume:
+    `resumed`, its checkpoint's) and the checkpoint it resumes."""
+    runs, agents = [], resumed or [(flags, None) for flags in agent_flags(args, run_args)]
+    several = len({flags.exp_name for flags, _ in agents}) > 1  # settings: the lines name each agent's
+    for flags, checkpoint in agents:
+        runs.append(Run(flags, resumed_from=checkpoint, rank=0, world_size=1, stop_signals=stop_signals))
         runs[-1].checkpoints = AgentCheckpoints(runs[-1].args, runs[-1].folder, rank=0, world_size=1)
+        runs[-1].label = f"{flags.exp_name} seed {flags.seed}" if several else f"seed {flags.seed}"  # what lines call it
     return runs
 
 
+def start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, generators):
+    """Each run's start (Run.start) with its `Agent` (of `agents`) made a view of its row of `agent`'s stacked parameters
+    and a torch.optim.Adam of the same views over its rows of `optimizer`'s moments: what its checkpoints save and load,
+    in ppo_continuous_action.py's form. --resume (`resumed`): their parameters, moments, random streams and statistics
+    loaded first. Returns each agent's Update."""
+    stacked = [p.detach() for p in agent.parameters()]
+    for i, one in enumerate(agents):
+        slots = [name.rpartition(".") for name, _ in one.named_parameters()]
+        for (module, _, name), rows in zip(slots, stacked):
+            setattr(one.get_submodule(module), name, torch.nn.Parameter(rows[i], requires_grad=False))
+    optimizers = [optimizer.agent_optimizer(i, one.parameters()) for i, one in enumerate(agents)]
+    last_updates = [Update(iteration=0, global_step=0, kl_beta=run.args.kl_beta) for run in runs]  # none yet
+    if resumed:
+        last_updates = restore_agents([run.args.resume for run in runs], [c for _, c in resumed], agents, optimizer,
+                                      optimizers, envs, shufflers, generators)  # fmt: skip
+    share = SimpleNamespace(num_envs=envs.num_envs // len(runs), close=envs.close)  # what a run reads of its envs
+    for i, run in enumerate(runs):  # each run's checkpoints keep its agent's own state
+        state = partial(agent_state, envs, i, shufflers, generators, share.num_envs)
+        run.start(agents[i], optimizers[i], share, last_updates[i], state)
+    return last_updates
+
+
+class AgentsAdam:
+    """Adam (G11) for agents whose parameters are stacked on a leading agent axis: as torch.optim.Adam (fused, or
+    PyTorch's default) steps each agent's own parameters, each with its own moments and step count, all in one call of
+    torch.optim.adam.adam per minibatch: over the stacked tensors while all agents run with equal step counts, else over
+    the rows of the running ones (X3 stops agents one by one: a stopped agent's parameters, moments and step count stay).
+    param_groups[0]["lr"] is every agent's learning rate, as in torch.optim.Adam."""
+
+    def __init__(self, params, lr, eps, fused):
+        self.params, self.eps, self.fused = list(params), eps, fused
+        self.param_groups = [{"lr": lr}]
+        self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        device = self.params[0].device if fused else "cpu"  # where torch.optim.Adam keeps its step counts
+        self.steps = torch.zeros(len(self.params[0]), dtype=torch.float32, device=device)  # each agent's
+        self.counts = np.zeros(len(self.params[0]), dtype=np.int64)  # the same on the host
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self, running):
+        """One Adam step of the agents where `running` (a bool per agent) holds."""
+        k, grads = len(self.params), [p.grad for p in self.params]
+        if running.all() and (self.counts == self.counts[0]).all():
+            params, avgs, sqs = self.params, self.exp_avgs, self.exp_avg_sqs
+            steps = self.steps[:1].repeat(k)  # copies, which adam() counts up
+        else:
+            agents = np.flatnonzero(running)
+            tensors = (self.params, grads, self.exp_avgs, self.exp_avg_sqs)
+            params, grads, avgs, sqs = ([t[i] for i in agents for t in kind] for kind in tensors)  # each agent's rows
+            steps = self.steps[torch.as_tensor(agents, device=self.steps.device)].repeat_interleave(k)
+        adam(params, grads, avgs, sqs, [], list(steps.unbind()), fused=self.fused, amsgrad=False,
+                              beta1=0.9, beta2=0.999, lr=self.param_groups[0]["lr"], weight_decay=0.0, eps=self.eps,
+                              maximize=False)  # fmt: skip
+        self.steps += torch.as_tensor(running, device=self.steps.device)
+        self.counts += running
+
+    def agent_optimizer(self, i, params):
+        """Agent i's part as a torch.optim.Adam over `params` (its parameters, views of row i) whose state views row i
+        of the moments and step counts: its state_dict() is what ppo_continuous_action.py's optimizer saves."""
+        optimizer = torch.optim.Adam(params, lr=self.param_groups[0]["lr"], eps=self.eps, fused=self.fused)
+        for p, avg, sq in zip(optimizer.param_groups[0]["params"], self.exp_avgs, self.exp_avg_sqs):
+            optimizer.state[p] = {"step": self.steps[i], "exp_avg": avg[i], "exp_avg_sq": sq[i]}
+        return optimizer
+
+    def load_agent(self, i, saved):
+        """Loads a torch.optim.Adam state_dict of one agent (its checkpoint's) into row i."""
+        for k, entry in saved["state"].items():
+            self.exp_avgs[k][i].copy_(entry["exp_avg"])
+            self.exp_avg_sqs[k][i].copy_(entry["exp_avg_sq"])
+            self.steps[i], self.counts[i] = entry["step"], int(entry["step"])
+
+
 def log_update(run, global_step, scalars):
-    """run.log.write, its progress line headed by the agent's seed (the agents' lines come one after another)."""
+    """run.log.write, its progress line headed by the agent's label (its seed; its setting's too where settings differ:
+    the agents' lines come one after another)."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         run.log.write(global_step, scalars)
     for line in printed.getvalue().splitlines():
-        print(f"seed {run.args.seed}: {line}")
+        print(f"{run.label}: {line}")
 
 
 def end_update(runs, iteration, failed, script):
@@ -148,7 +317,7 @@ def save_agents(runs, script):
     the last set or all of this one, which one command of `script` continues. Where the disk refuses, the runs are
     closed and CheckpointError names the last good set and that command."""
     paths = [run.checkpoints.path for run in runs]
-    contents = [run.checkpoints.content(run.agent, run.optimizer, run.last_update, run.log.wandb_id) for run in runs]
+    contents = [owned(run.checkpoints.content(run.agent, run.optimizer, run.last_update, run.log.wandb_id)) for run in runs]
     try:
         save_checkpoints(paths, contents)
     except CheckpointError as e:
@@ -158,6 +327,15 @@ def save_agents(runs, script):
         if all(os.path.exists(path) for path in paths):
             hint = f"once there is room, continue with: {resume_command(script, paths, 1, 1)}"
         raise CheckpointError(f"{e}; {hint}") from None
+
+
+def owned(content):
+    """A checkpoint's content with copies of its tensors that view the agents' stacked ones (torch.save would write
+    the whole stack)."""
+    content["model"] = {name: tensor.clone() for name, tensor in content["model"].items()}
+    state = content["optimizer"]["state"]
+    content["optimizer"]["state"] = {k: {name: value.clone() for name, value in entry.items()} for k, entry in state.items()}
+    return content
 
 
 def finish_agents(runs, script):
@@ -215,16 +393,16 @@ def agent_state(envs, agent, shufflers, generators, envs_per_agent):
     return {"rng": rng, "env_stats": stats}
 
 
-def restore_agents(paths, checkpoints, agents, optimizers, envs, shufflers, generators):
-    """--resume: loads each checkpoint's parameters, optimizer and random streams into its agent, and the M1/M3
+def restore_agents(paths, checkpoints, agents, optimizer, optimizers, envs, shufflers, generators):
+    """--resume: loads each checkpoint's parameters, Adam state and random streams into its agent's rows, and the M1/M3
     statistics of all of them into the envs' rows, once every checkpoint is checked against its agent. Returns each
     agent's Update."""
-    for i, (path, checkpoint, agent, optimizer) in enumerate(zip(paths, checkpoints, agents, optimizers)):
+    for i, (path, checkpoint, agent, agent_optimizer) in enumerate(zip(paths, checkpoints, agents, optimizers)):
         own_stats = agent_state(envs, i, shufflers, generators, envs.num_envs // len(agents))["env_stats"]
-        check_restorable(checkpoint, "--resume", path, agent, optimizer, own_stats)
-    for checkpoint, agent, optimizer, shuffler, generator in zip(checkpoints, agents, optimizers, shufflers, generators):
-        agent.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
+        check_restorable(checkpoint, "--resume", path, agent, agent_optimizer, own_stats)
+    for i, (checkpoint, agent, shuffler, generator) in enumerate(zip(checkpoints, agents, shufflers, generators)):
+        agent.load_state_dict(checkpoint["model"])  # into its row of the stacked parameters
+        optimizer.load_agent(i, checkpoint["optimizer"])
         shuffler.set_state(numpy_state_loaded(checkpoint["rng"]["numpy"]))
         if generator.device.type == "cpu":
             generator.set_state(checkpoint["rng"]["torch"])
@@ -242,6 +420,25 @@ def restore_agents(paths, checkpoints, agents, optimizers, envs, shufflers, gene
     return [Update(c["iteration"], c["global_step"], c["kl_beta"]) for c in checkpoints]
 
 
+def finish_updates(runs, iteration, global_step, scalars, kl_beta, optimizer, failed, script):
+    """After each update, for each agent the NaN guard did not stop (`failed`: {agent: why}): its scalars (`scalars`:
+    tag -> one value per agent) logged as ppo_continuous_action.py logs them for its flags (charts/kl_beta for a KL
+    surrogate, charts/update_epochs with X3), its progress line headed by its seed, the update its checkpoint is to save;
+    then end_update."""
+    for i, run in enumerate(runs):
+        if i in failed:
+            continue
+        logged = {tag: values[i] for tag, values in scalars.items()}
+        if run.args.surrogate not in ("kl-fixed", "kl-adaptive"):
+            del logged["charts/kl_beta"]
+        if run.args.target_kl is None:
+            del logged["charts/update_epochs"]
+        log_update(run, global_step, logged)  # with the episodes that ended and the SPS
+        run.optimizer.param_groups[0]["lr"] = optimizer.param_groups[0]["lr"]  # G6, as its checkpoint saves it
+        run.finish_update(iteration, global_step, kl_beta[i])  # notes the update its checkpoint is to save
+    end_update(runs, iteration, failed, script)  # the agents' checkpoints, as one set; after a NaN, the others'
+
+
 def check_finite(runs, stats, iteration, global_step):
     """The NaN guard (Run.check_finite) of each agent, on its statistics (`stats`: name -> one value per agent) and its
     parameters: {agent: what its guard says} for the agents whose numbers are not finite (their runs are closed)."""
@@ -250,7 +447,7 @@ def check_finite(runs, stats, iteration, global_step):
         try:
             run.check_finite({key: value[i] for key, value in stats.items() if key != "epochs"}, iteration, global_step)
         except NonFiniteError as e:
-            failed[i] = f"seed {run.args.seed}: {e}"
+            failed[i] = f"{run.label}: {e}"
     return failed
 
 
@@ -268,6 +465,6 @@ def stop_after_failure(runs, failed, script):
         raise NonFiniteError(f"{why}; the other agents' checkpoints: {e}") from None
     for run in others:
         run.close()
-    seeds = " ".join(str(runs[i].args.seed) for i in failed)
+    labels = ", ".join(runs[i].label for i in failed)
     command = resume_command(script, [run.checkpoints.path for run in others], 1, 1)
-    raise NonFiniteError(f"{why}; the other agents saved this update; continue them without seed {seeds} with: {command}")
+    raise NonFiniteError(f"{why}; the other agents saved this update; continue them without {labels} with: {command}")

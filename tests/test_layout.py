@@ -91,8 +91,10 @@ def test_shared_definitions_are_identical_except_the_allowed_ones(pair):
 # (an agent axis, per-agent reductions, several runs), and those only it has; the rest is its parent's, byte for byte
 SEEDS = "ppo_continuous_action_seeds"
 SEEDS_DIFFER = {"Args", "make_env", "make_envs", "NormalizeObservation", "normalize_advantages", "policy_loss", "value_loss",
-                "ppo_loss", "update_policy", "batch_kl", "truncation_bootstrap", "train"}  # fmt: skip
-SEEDS_ONLY = {"Seeds", "SeedsArgs", "NormalizeReward", "Agents"}  # Seeds: the base that puts --seeds first in --help
+                "ppo_loss", "ppo_backward", "update_policy", "batch_kl", "truncation_bootstrap", "train"}  # fmt: skip
+# Seeds: the base that puts --seeds first in --help; AgentsArgs: each agent's flags as the loss reads them; clip_grad_norms:
+# G8 for all agents at once
+SEEDS_ONLY = {"Seeds", "SeedsArgs", "NormalizeReward", "Agents", "AgentsArgs", "clip_grad_norms"}
 
 
 def test_the_batched_variant_differs_from_its_parent_only_where_batching_does():

@@ -66,7 +66,7 @@ def assert_same_computation(batched, single, agent):
     every logged statistic of every update (the same TensorBoard tags, at the same steps)."""
     for key, value in single["rollout"].items():
         torch.testing.assert_close(batched["rollout"][key][:, agent], value, atol=ATOL, rtol=RTOL, msg=f"rollout {key}")
-    weights = dict(batched["agent"].agents[agent].named_parameters())
+    weights = dict(batched["agents"][agent].named_parameters())
     for name, value in single["agent"].named_parameters():
         torch.testing.assert_close(weights[name], value, atol=ATOL, rtol=RTOL, msg=f"weights {name}")
     ours, theirs = f"runs/{batched['run_name'][agent]}", f"runs/{single['run_name']}"
@@ -89,6 +89,104 @@ def test_each_agent_computes_what_the_single_script_computes_for_its_seed(case, 
     if case == "target-kl-adaptive":  # X3 did stop the two agents after different epochs in some update
         epochs = [[v for _, v in read_scalars(f"runs/{name}", "charts/update_epochs")] for name in batched["run_name"]]
         assert epochs[0] != epochs[1] and min(min(epochs)) < 10
+
+
+# settings whose agents differ in every flag a --setting may set: the three kinds of G1 objective, the clip range and its
+# annealing (X1), the beta and its target, G3, G4, G5, G8 (0: off), X3, the GAE lambda, the initial weights (G9, M5)
+SETTINGS = {
+    "clip-0.1": dict(clip_coef=0.1, anneal_clip_coef=True, norm_adv=False, ent_coef=0.01, max_grad_norm=0.0, gae_lambda=0.9),
+    "kl-adaptive": dict(surrogate="kl-adaptive", kl_beta=3.0, kl_dtarg=0.003, target_kl=0.0003, clip_vloss=False),
+    "unclipped": dict(surrogate="unclipped", vf_coef=1.0, ortho_init=False, log_std_init=-0.5, max_grad_norm=0.3),
+}
+SETTING_FLAGS = [  # the same as the command line's --setting NAME=FLAGS
+    "clip-0.1=--clip-coef 0.1 --anneal-clip-coef --no-norm-adv --ent-coef 0.01 --max-grad-norm 0 --gae-lambda 0.9",
+    "kl-adaptive=--surrogate kl-adaptive --kl-beta 3 --kl-dtarg 0.003 --target-kl 0.0003 --no-clip-vloss",
+    "unclipped=--surrogate unclipped --vf-coef 1 --no-ortho-init --log-std-init -0.5 --max-grad-norm 0.3",
+]
+# two updates each, of 4 epochs: a longer run lets Adam's steps carry a rounding step into a visible difference (on
+# Pendulum too, at 2 x 1024 steps of 10 epochs, with the GAE lambda or the objective of a setting; its weights agree
+# after the first update to ~1e-7)
+SETTINGS_RUN = dict(env_id="Pendulum-v1", num_steps=512, total_timesteps=1024, update_epochs=4, compile=False)
+
+
+def train_settings(tmp_path, monkeypatch):
+    """The batched run of SETTINGS x SEEDS and a run of ppo_continuous_action.py for each setting and seed (in the
+    batched run's order: setting after setting, seed after seed), in tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    batched = seeds_script.train(seeds_script.SeedsArgs(seeds=SEEDS, setting=tuple(SETTING_FLAGS), **SETTINGS_RUN))
+    singles = [cont.train(cont.Args(seed=seed, **SETTINGS_RUN, **flags)) for flags in SETTINGS.values() for seed in SEEDS]
+    return batched, singles
+
+
+@pytest.mark.slow
+def test_each_agent_of_a_setting_computes_what_the_single_script_computes_with_its_flags(tmp_path, monkeypatch):
+    """Agent (setting s, seed k) of a batched run of three settings against ppo_continuous_action.py with s's flags and
+    --seed k: rollout, weights, every logged scalar; its run is named for its setting and its checkpoint holds its flags."""
+    batched, singles = train_settings(tmp_path, monkeypatch)
+    for agent, single in enumerate(singles):
+        assert_same_computation(batched, single, agent)
+        name, flags = list(SETTINGS.items())[agent // len(SEEDS)]
+        assert f"__ppo_continuous_action_seeds-{name}__{SEEDS[agent % len(SEEDS)]}__" in batched["run_name"][agent]
+        saved = torch.load(f"runs/{batched['run_name'][agent]}/agent.pt", weights_only=True)["args"]
+        assert {key: saved[key] for key in flags} == flags
+    epochs = [[v for _, v in read_scalars(f"runs/{name}", "charts/update_epochs")] for name in batched["run_name"][2:4]]
+    assert min(min(epochs)) < 4  # X3 stopped the kl-adaptive agents early while the others ran on
+
+
+@pytest.mark.slow
+def test_agents_given_each_others_settings_are_caught(tmp_path, monkeypatch):
+    """The comparison above can fail: with the loss's and the update's flags of two agents of the same seed swapped (the
+    first setting's and the second's), each parts from its single run, while the agents left alone still agree."""
+    of = seeds_script.AgentsArgs.of.__func__
+
+    def swapped(cls, flags, args, device):
+        flags = list(flags)
+        flags[0], flags[2] = flags[2], flags[0]
+        return of(cls, flags, args, device)
+
+    monkeypatch.setattr(seeds_script.AgentsArgs, "of", classmethod(swapped))
+    batched, singles = train_settings(tmp_path, monkeypatch)
+    for agent in (1, 3, 4, 5):
+        assert_same_computation(batched, singles[agent], agent)
+    for agent in (0, 2):
+        with pytest.raises(AssertionError, match="weights|rollout"):
+            assert_same_computation(batched, singles[agent], agent)
+
+
+def test_one_adam_step_for_all_agents_is_torch_adam_for_each(monkeypatch):
+    """AgentsAdam against a torch.optim.Adam (fused, and PyTorch's default) per agent over 6 steps, the agents' steps
+    counted apart (agent 1 stopped for steps 2-3, as X3 stops one): the same parameters, moments and step counts, and its
+    agent_optimizer's state_dict loads into a torch.optim.Adam as ppo_continuous_action.py's would."""
+    from ppo_utils.seeds import AgentsAdam
+
+    for fused in (True, None):
+        torch.manual_seed(0)
+        stacked = [torch.randn(3, 4, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)]
+        alone = [[p.detach()[i].clone().requires_grad_() for p in stacked] for i in range(3)]
+        ours = AgentsAdam(stacked, lr=3e-4, eps=1e-5, fused=fused)
+        theirs = [torch.optim.Adam(params, lr=3e-4, eps=1e-5, fused=fused) for params in alone]
+        for step in range(6):
+            running = np.array([True, step not in (2, 3), True])
+            grads = [torch.randn_like(p) for p in stacked]
+            for p, g in zip(stacked, grads):
+                p.grad = g.clone()
+            ours.param_groups[0]["lr"] = 3e-4 * (1 - step / 6)
+            ours.step(running)
+            for i in np.flatnonzero(running):
+                for p, g in zip(alone[i], grads):
+                    p.grad = g[i].clone()
+                theirs[i].param_groups[0]["lr"] = 3e-4 * (1 - step / 6)
+                theirs[i].step()
+        for i in range(3):
+            mirror = ours.agent_optimizer(i, [torch.nn.Parameter(p.detach()[i]) for p in stacked]).state_dict()
+            saved = theirs[i].state_dict()
+            assert mirror["param_groups"][0].keys() == saved["param_groups"][0].keys()
+            for k, p in enumerate(alone[i]):
+                torch.testing.assert_close(stacked[k][i], p, atol=1e-7, rtol=1e-6)
+                for name in ("exp_avg", "exp_avg_sq", "step"):
+                    torch.testing.assert_close(mirror["state"][k][name], saved["state"][k][name], atol=1e-9, rtol=1e-6)
+            torch.optim.Adam(alone[i], fused=fused).load_state_dict(mirror)
+        assert ours.counts.tolist() == [6, 4, 6]
 
 
 class OtherTorchSeedFor:
@@ -166,10 +264,11 @@ def field_lines(path, class_name):
 
 def test_every_flag_of_the_single_script_keeps_its_meaning():
     """The batched script has each flag of ppo_continuous_action.py with the same type, default and help, but for the
-    seed (--seeds sets one per agent), --resume (several checkpoints) and --eval-checkpoint (left to the single script)."""
+    seed (--seeds sets one per agent, --setting adds per-agent flags), --resume (several checkpoints) and --eval-checkpoint
+    (left to the single script)."""
     theirs = {field.name: field for field in dataclasses.fields(cont.Args)}
     ours = {field.name: field for field in dataclasses.fields(seeds_script.SeedsArgs)}
-    assert set(ours) - set(theirs) == {"seeds"}
+    assert set(ours) - set(theirs) == {"seeds", "setting"}
     their_lines = field_lines(ROOT / "ppo_continuous_action.py", "Args")
     our_lines = field_lines(ROOT / "ppo_continuous_action_seeds.py", "Args")
     for name in set(theirs) - {"seed", "resume", "eval_checkpoint"}:
@@ -229,6 +328,44 @@ def test_a_stopped_batched_run_resumes_each_agent_as_one_continuous_run(tmp_path
         lrs = [value for _, value in read_scalars(run_dir, "charts/learning_rate")]
         np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 40) for k in range(40)], rtol=1e-5)
     played = run_script("ppo_continuous_action", "--eval-checkpoint", paths[0], "--eval-episodes", "2", cwd=tmp_path)
+    assert played.returncode == 0 and "mean return" in played.stdout, played.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_run_of_several_settings_resumes_every_agent_with_its_own_flags(tmp_path):
+    """SIGKILL leaves no last checkpoint and prints nothing: the last set written (every 5 updates) continues every
+    agent of both settings with one --resume of their files, each with its own setting's flags, to its last update, with
+    one continuous log; a checkpoint of the KL setting is an ordinary run of it for ppo_continuous_action.py."""
+    settings = ["--setting", "clip=", "--setting", "kl=--surrogate kl-adaptive --clip-coef 0.1 --ent-coef 0.01"]
+    flags = [*FLAGS[:5], "5120", *FLAGS[6:]]  # 20 updates of 256 steps
+    command = [sys.executable, str(ROOT / "ppo_continuous_action_seeds.py"), "--seeds", "3", "5", *settings, *flags]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        paths = checkpoints_in(tmp_path)
+        if len(paths) == 4 and all(torch.load(p, weights_only=True)["iteration"] >= 5 for p in paths):
+            break
+        time.sleep(0.2)
+    proc.kill()
+    proc.communicate(timeout=60)
+    paths = checkpoints_in(tmp_path)  # sorted: clip 3, clip 5, kl 3, kl 5
+    stopped_at = {torch.load(p, weights_only=True)["iteration"] for p in paths}
+    assert len(stopped_at) == 1 and 5 <= min(stopped_at) < 20
+    result = subprocess.run([sys.executable, str(ROOT / "ppo_continuous_action_seeds.py"), "--resume", *paths],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "ppo_continuous_action_seeds-kl seed 5: step 5120/5120" in result.stdout
+    for path, (setting, seed) in zip(paths, [("clip", 3), ("clip", 5), ("kl", 3), ("kl", 5)]):
+        checkpoint = torch.load(path, weights_only=True)
+        assert checkpoint["iteration"] == 20 and f"_seeds-{setting}__{seed}__" in path
+        assert checkpoint["args"]["seed"] == seed and checkpoint["args"]["ent_coef"] == (0.01 if setting == "kl" else 0.0)
+        assert checkpoint["args"]["surrogate"] == ("kl-adaptive" if setting == "kl" else "clip")
+        run_dir = os.path.dirname(path)
+        assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [256 * k for k in range(1, 21)]
+        betas = read_scalars(run_dir, "charts/kl_beta") if setting == "kl" else []
+        assert len(betas) == (20 if setting == "kl" else 0)
+    played = run_script("ppo_continuous_action", "--eval-checkpoint", paths[3], "--eval-episodes", "1", cwd=tmp_path)
     assert played.returncode == 0 and "mean return" in played.stdout, played.stderr
 
 
