@@ -200,13 +200,41 @@ class PlannedRun:
         ]
 
 
-SEEDS_SCRIPT = "ppo_continuous_action_seeds.py"  # --batch-seeds: one process trains the seeds of a task and variant
+SEEDS_SCRIPT = "ppo_continuous_action_seeds.py"  # --batch-seeds: one process trains the seeds and variants of a task
+# the flags of ppo_continuous_action.py a --setting of the seeds script may set (ppo_utils.seeds.PER_AGENT, which
+# tests/test_runner.py checks these against: this runner imports nothing of the scripts): those that take a value, and
+# the switches (--X / --no-X). Variants of a task that differ in these alone train in one process, one --setting each
+PER_AGENT_VALUES = {"surrogate", "clip_coef", "kl_beta", "kl_dtarg", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm",
+                    "log_std_init", "target_kl"}  # fmt: skip
+PER_AGENT_SWITCHES = {"norm_adv", "clip_vloss", "ortho_init", "anneal_clip_coef"}
+
+
+def per_agent_part(flags):
+    """(the flags a --setting may not set, those it may: PER_AGENT_VALUES' with their values, PER_AGENT_SWITCHES')."""
+    shared, own, words = [], [], list(flags)
+    while words:
+        word = words.pop(0)
+        name = word[2:].partition("=")[0].replace("-", "_") if word.startswith("--") else ""
+        if name in PER_AGENT_VALUES:
+            own += [word] if "=" in word or not words else [word, words.pop(0)]
+        elif name in PER_AGENT_SWITCHES or (name.startswith("no_") and name[3:] in PER_AGENT_SWITCHES):
+            own.append(word)
+        else:
+            shared.append(word)
+    return shared, own
+
+
+def setting_name(variant):
+    """Whether a variant's name can name a --setting (letters, digits, -, _ and .; no "__", which parts a run's name)."""
+    return bool(variant) and all(c.isalnum() or c in "-_." for c in variant) and "__" not in variant
 
 
 @dataclass
 class Batch:
-    """--batch-seeds: the runs of one task and variant of ppo_continuous_action.py, trained together by one process of
-    ppo_continuous_action_seeds.py in <out>/<env id>/<variant>/; each run's folder then goes where its own would be."""
+    """--batch-seeds: runs of one task of ppo_continuous_action.py, trained together by one process of
+    ppo_continuous_action_seeds.py: the seeds of one variant, or of several variants whose flags differ only in flags a
+    --setting may set (one --setting per variant, the same seeds each). The process works in <out>/<env id>/<variant>/
+    (several: <first variant>+<how many more>/); each run's folder then goes where its own would be."""
 
     runs: list
 
@@ -215,32 +243,61 @@ class Batch:
         return self.runs[0].env_id
 
     @property
-    def variant(self):
-        return self.runs[0].variant
+    def variants(self):
+        return list(dict.fromkeys(run.variant for run in self.runs))
+
+    @property
+    def variant(self):  # for the progress lines
+        return ", ".join(self.variants)
+
+    @property
+    def seeds(self):
+        return list(dict.fromkeys(run.seed for run in self.runs))
 
     @property
     def seed(self):  # for the progress lines
-        return " ".join(str(run.seed) for run in self.runs)
+        return " ".join(map(str, self.seeds))
 
     def folder(self, out: Path) -> Path:
-        return out / self.env_id / self.variant
+        first, more = self.variants[0], len(self.variants) - 1
+        return out / self.env_id / (f"{first}+{more}" if more else first)
 
     def command(self):
         first = self.runs[0]
-        seeds = [str(run.seed) for run in self.runs]
-        return [sys.executable, str(ROOT / SEEDS_SCRIPT), "--env-id", self.env_id, "--seeds", *seeds,
-                "--total-timesteps", str(first.total_timesteps), *first.flags]  # fmt: skip
+        command = [sys.executable, str(ROOT / SEEDS_SCRIPT), "--env-id", self.env_id, "--seeds", *map(str, self.seeds),
+                   "--total-timesteps", str(first.total_timesteps)]  # fmt: skip
+        if len(self.variants) == 1:
+            return command + first.flags
+        settings = {run.variant: shlex.join(per_agent_part(run.flags)[1]) for run in self.runs}
+        return command + per_agent_part(first.flags)[0] + [f"--setting={name}={flags}" for name, flags in settings.items()]
+
+    def variant_of(self, run_name):
+        """The variant of a run folder the process wrote, runs/<env>__<exp name>[-<variant>]__<seed>__<time>."""
+        if len(self.variants) == 1:
+            return self.variants[0]
+        exp_name = run_name.split("__")[-3]
+        return max((v for v in self.variants if exp_name.endswith(f"-{v}")), key=len)
 
 
 def batches(runs):
-    """The runs of ppo_continuous_action.py grouped by task, variant, steps and flags (a Batch each); the others alone."""
+    """The runs of ppo_continuous_action.py grouped into Batches: by task, steps and the flags no --setting may set,
+    then by the seeds each variant has left to run (a variant whose name cannot name a setting goes alone); the others
+    alone."""
     groups, others = {}, []
     for run in runs:
-        if run.script == "ppo_continuous_action.py":
-            groups.setdefault((run.env_id, run.variant, run.total_timesteps, tuple(run.flags)), []).append(run)
-        else:
+        if run.script != "ppo_continuous_action.py" or run.peer:
             others.append(run)
-    return [Batch(group) for group in groups.values()] + others
+            continue
+        key = (run.env_id, run.total_timesteps, tuple(per_agent_part(run.flags)[0]))
+        key += () if setting_name(run.variant) else (tuple(run.flags), run.variant)  # alone
+        groups.setdefault(key, {}).setdefault(run.variant, []).append(run)
+    found = []
+    for variants in groups.values():
+        by_seeds = {}
+        for variant_runs in variants.values():
+            by_seeds.setdefault(tuple(run.seed for run in variant_runs), []).extend(variant_runs)
+        found += [Batch(group) for group in by_seeds.values()]
+    return found + others
 
 
 def build_matrix(options):
@@ -412,14 +469,14 @@ def execute_batch(batch: Batch, out: Path, stopping: threading.Event, threads=1)
     returncode, seconds, status, revision = launch(command, folder, stopping, threads)
     for run_folder in sorted((folder / "runs").glob("*")) if (folder / "runs").exists() else []:
         seed = int(run_folder.name.split("__")[-2])  # runs/<env>__<exp name>__<seed>__<time>
-        target = out / batch.env_id / batch.variant / f"seed{seed}" / "runs"
+        target = out / batch.env_id / batch.variant_of(run_folder.name) / f"seed{seed}" / "runs"
         target.mkdir(parents=True, exist_ok=True)
         shutil.move(str(run_folder), str(target / run_folder.name))
     if (folder / "runs").exists() and not any((folder / "runs").iterdir()):
         (folder / "runs").rmdir()
     if status == "done":
         record = {"command": shlex.join(batch.command()), "returncode": returncode, "seconds": round(seconds, 1)}
-        record |= {"commit": revision, "machine": machine(), "seeds_in_process": len(batch.runs)}
+        record |= {"commit": revision, "machine": machine(), "seeds_in_process": len(batch.runs)}  # its agents
         for run in batch.runs:
             (run.folder(out) / "done.json").write_text(json.dumps(record, indent=1) + "\n")
     return batch, seconds, status
@@ -470,8 +527,8 @@ def main(argv=None):
     parser.add_argument(
         "--batch-seeds",
         action="store_true",
-        help=f"train the seeds of each task and variant of ppo_continuous_action.py in one process of {SEEDS_SCRIPT} "
-        "(the same runs, sooner; docs/speed.md)",
+        help=f"train the seeds of each task of ppo_continuous_action.py in one process of {SEEDS_SCRIPT}, its variants "
+        "too where their flags differ only in those a --setting may set (the same runs, sooner; docs/speed.md)",
     )
     parser.add_argument("--print-commands", action="store_true", help="print one shell line per unfinished run and exit")
     parser.add_argument("--slurm", metavar="FILE", help="write a Slurm array job script running the matrix and exit")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import tyro
 from benchmark_helpers import TINY, report_of, runner, tiny_matrix
 from conftest import ROOT, SCRIPTS, contract_flags, load_script
@@ -366,6 +367,73 @@ def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it
         assert len(list((task / f"seed{seed}").glob("runs/*"))) == 1
     tables = report_data.read_runs_folder(out)
     assert sorted(tables.runs["seed"]) == [1, 2] and set(tables.episodes["seed"]) == {1, 2}
+
+
+def test_batch_seeds_puts_the_variants_a_setting_tells_apart_in_one_process():
+    """--batch-seeds groups a task's variants whose flags differ only in flags a --setting may set into one process, a
+    --setting each: the table1 preset's eleven G1 settings x 3 seeds (33 agents a task), the ablation's G1, G3-G5, G8, G9,
+    X1 and X3 variants with the defaults; a variant that shapes the batch or the network, or changes the envs, the loop or
+    Adam, trains alone; a variant with fewer seeds left to run goes apart."""
+    import shlex
+
+    tasks = ("Hopper-v5", "Walker2d-v5")
+    table1 = [run.PlannedRun("ppo_continuous_action.py", env_id, name, seed, 10**6, shlex.split(flags))
+              for env_id in tasks for seed in (1, 2, 3) for name, flags in run.TABLE1.items()]  # fmt: skip
+    found = run.batches(table1)
+    assert [(b.env_id, len(b.runs), b.variants, b.seeds) for b in found] == [
+        (env_id, 33, list(run.TABLE1), [1, 2, 3]) for env_id in tasks
+    ]
+    command = found[0].command()
+    assert command[2:9] == ["--env-id", "Hopper-v5", "--seeds", "1", "2", "3", "--total-timesteps"]
+    assert [word for word in command if word.startswith("--setting=")] == [f"--setting={n}={f}" for n, f in run.TABLE1.items()]
+    assert found[0].folder(Path("out")) == Path("out/Hopper-v5/unclipped+10")
+    assert found[0].variant_of("Hopper-v5__ppo_continuous_action_seeds-kl-fixed-10__3__17") == "kl-fixed-10"
+    assert found[0].variant_of("Hopper-v5__ppo_continuous_action_seeds-kl-fixed-1__3__17") == "kl-fixed-1"
+
+    variants = run.ablations("ppo_continuous_action.py")
+    ablation = [run.PlannedRun("ppo_continuous_action.py", "Hopper-v5", name, seed, 10**6, shlex.split(flags))
+                for name, flags in variants.items() for seed in (1, 2) if (name, seed) != ("G3-no-norm-adv", 2)]  # fmt: skip
+    groups = [b.variants for b in run.batches(ablation)]
+    together = ["default", "G1-unclipped", "G1-kl-fixed", "G1-kl-adaptive", "G4-no-clip-vloss", "G5-ent-coef",
+                "G8-no-grad-clip", "G9-no-ortho-init", "X1-anneal-clip-coef", "X3-target-kl"]  # fmt: skip
+    assert groups[0] == together and groups[1] == ["G3-no-norm-adv"]  # its seed 2 is done: seed 1 alone
+    assert sorted(map(tuple, groups[2:])) == sorted((name,) for name in set(variants) - set(together) - {"G3-no-norm-adv"})
+    assert run.batches(ablation)[1].command()[-1] == "--no-norm-adv"  # alone: today's command, no --setting
+
+
+def test_the_runner_knows_the_flags_a_setting_may_set():
+    from ppo_utils.seeds import PER_AGENT
+
+    assert run.PER_AGENT_VALUES | run.PER_AGENT_SWITCHES == set(PER_AGENT)
+    assert run.PER_AGENT_SWITCHES == {name for name, value in vars(load_script("ppo_continuous_action").Args()).items()
+                                      if isinstance(value, bool) and name in PER_AGENT}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_runner_batch_seeds_trains_a_tasks_variants_in_one_process(tmp_path):
+    """Two variants that differ in G1's objective and one that changes the envs (G10), two seeds each: the first two
+    train in one process (a --setting each), the third in another; every run's folder ends where its own process would
+    have put it, with its done.json, and the report reads all six."""
+    out = tmp_path / "x"
+    variants = ["--variant", "clip=", "--variant", "kl=--surrogate kl-adaptive --clip-coef 0.1", "--variant",
+                "envs=--num-envs 2 --num-steps 1024"]  # fmt: skip
+    result = runner(*TINY, *variants, "--batch-seeds", "--out", str(out), "--workers", "1")
+    assert result.returncode == 0 and "6 to run on 1 workers in 2 processes" in result.stdout, result.stdout + result.stderr
+    task = out / "InvertedPendulum-v5"
+    assert "--setting=kl=--surrogate kl-adaptive --clip-coef 0.1" in (task / "clip+1" / "output.log").read_text()
+    for variant in ("clip", "kl", "envs"):
+        for seed in (1, 2):
+            (folder,) = (task / variant / f"seed{seed}").glob("runs/*")
+            exp_name = "ppo_continuous_action_seeds" + ("" if variant == "envs" else f"-{variant}")  # its setting's
+            assert folder.name.split("__")[1:3] == [exp_name, str(seed)]
+            record = json.loads((task / variant / f"seed{seed}" / "done.json").read_text())
+            assert record["seeds_in_process"] == (2 if variant == "envs" else 4)
+            saved = torch.load(folder / "agent.pt", weights_only=True)["args"]
+            assert saved["surrogate"] == ("kl-adaptive" if variant == "kl" else "clip") and saved["seed"] == seed
+    tables = report_data.read_runs_folder(out)
+    assert sorted(zip(tables.runs["variant"], tables.runs["seed"])) == sorted(
+        (v, s) for v in ("clip", "kl", "envs") for s in (1, 2)
+    )
 
 
 def test_the_runner_looks_for_the_line_a_stopped_run_ends_with():
