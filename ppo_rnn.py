@@ -332,32 +332,32 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 
 
 def normalize_advantages(advantages):
-    """G3, applied to each minibatch. torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's numpy std
-    divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
-    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's
+    numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
+    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
-    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`. The KL penalty uses the
-    estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased, with the exact KL's
-    gradient in expectation."""
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last axis.
+    The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased,
+    with the exact KL's gradient in expectation."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
     if surrogate == "clip":
-        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean()
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
     if surrogate == "unclipped":
-        return pg_loss.mean()
-    return pg_loss.mean() + kl_beta * ((ratio - 1) - logratio).mean()
+        return pg_loss.mean(-1)
+    return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
 
 
 def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
-    """G4: half the squared error, with clip_vloss the larger of the plain and the clipped-around-oldvalue errors."""
+    """G4: half the squared error (its mean over the last axis); clip_vloss: the larger of the plain and the clipped errors."""
     v_loss = (newvalue - returns) ** 2
     if clip_vloss:
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
         v_loss = torch.max(v_loss, (v_clipped - returns) ** 2)
-    return 0.5 * v_loss.mean()
+    return 0.5 * v_loss.mean(-1)
 
 
 def adapt_kl_beta(kl_beta, kl, kl_dtarg):
@@ -376,13 +376,13 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
     logratio = newlogprob - mb["logprobs"]
     with torch.no_grad():
         ratio = logratio.exp()
-        old_approx_kl = (-logratio).mean()
-        approx_kl = ((ratio - 1) - logratio).mean()
-        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+        old_approx_kl = (-logratio).mean(-1)
+        approx_kl = ((ratio - 1) - logratio).mean(-1)
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
     pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
-    v_loss = value_loss(newvalue.view(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
-    entropy_loss = entropy.mean()
+    v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
     stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
     return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
@@ -432,11 +432,11 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
 
 
 def batch_kl(agent, batch):
-    """The estimate of KL[pi_old, pi] over the whole batch, measured after an update (for kl-adaptive)."""
+    """The estimate of KL[pi_old, pi] over the whole batch (its last axis), measured after an update (for kl-adaptive)."""
     with torch.no_grad():
         _, newlogprob, _, _, _ = agent.get_action_and_value(batch["obs"], batch["state"], batch["dones"], batch["actions"])
         logratio = newlogprob - batch["logprobs"]
-        return ((logratio.exp() - 1) - logratio).mean()
+        return ((logratio.exp() - 1) - logratio).mean(-1)
 
 
 def truncation_bootstrap(agent, state, infos, terminations, truncations, gamma):

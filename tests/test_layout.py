@@ -90,8 +90,8 @@ def test_shared_definitions_are_identical_except_the_allowed_ones(pair):
 # ppo_continuous_action_seeds.py, the batched variant of the continuous script: the definitions it words differently
 # (an agent axis, per-agent reductions, several runs), and those only it has; the rest is its parent's, byte for byte
 SEEDS = "ppo_continuous_action_seeds"
-SEEDS_DIFFER = {"Args", "make_env", "make_envs", "NormalizeObservation", "normalize_advantages", "policy_loss", "value_loss",
-                "ppo_loss", "ppo_backward", "update_policy", "batch_kl", "truncation_bootstrap", "train"}  # fmt: skip
+SEEDS_DIFFER = {"Args", "make_env", "make_envs", "NormalizeObservation", "ppo_loss", "ppo_backward", "update_policy",
+                "truncation_bootstrap", "train"}  # fmt: skip
 # Seeds: the base that puts --seeds first in --help; AgentsArgs: each agent's flags as the loss reads them; clip_grad_norms:
 # G8 for all agents at once
 SEEDS_ONLY = {"Seeds", "SeedsArgs", "NormalizeReward", "Agents", "AgentsArgs", "clip_grad_norms"}
