@@ -37,7 +37,8 @@ if str(ROOT) not in sys.path:  # ppo_masked.py and ppo_utils/, beside benchmark/
 import ppo_masked
 from ppo_utils.envpool_backend import EnvpoolTasks
 
-TASKS = ["Knapsack-v1", "TSP-v1", "JobShop-v0"]
+TASKS = ["Knapsack-v1", "Cleaner-v0", "Game2048-v1", "TSP-v1", "JobShop-v0"]  # the tables' order
+MAX_STEPS = 2000  # play(): an episode this long is cut (none of TASKS' runs near it: at most a few hundred steps)
 EXP_NAME = "maskable_ppo"
 # The flags of ppo_masked.py that the peer takes too, with ppo_masked.py's defaults (--peer 'maskable-ppo=benchmark/masking.py
 # --gamma 1' gives both the same settings).
@@ -245,30 +246,41 @@ def train_maskable(env_id, seed, total_timesteps, options, folder="runs", thread
 # the random policy, the masked agent without its mask
 
 
-def play(env_id, seed, episodes, choose):
+def play(env_id, seed, episodes, choose, max_steps=MAX_STEPS):
     """`episodes` episodes in one env of EnvpoolTasks(env_id, seed): choose(flat obs (1, D), mask (1, sum(nvec)), nvec)
-    gives the action (1, components). Per episode: return, length, whether it ended on an invalid action, the mean
-    over its steps of the share of choices masked and of the probability that a uniform action is invalid."""
+    gives the action (1, components). Per episode: return, length, whether it ended on an invalid action, whether it was
+    cut at max_steps steps (then the env is reset: Game2048-v1 takes an invalid move as a no-op, and an agent that keeps
+    choosing one never ends its episode), the mean over its steps of the share of choices masked and of the probability
+    that a uniform action is invalid."""
     envs = EnvpoolTasks(env_id, num_envs=1, seed=seed)
     nvec = nvec_of(envs.single_action_space)
     obs, _ = envs.reset(seed=seed)
-    rows, masked, joint, bad = [], [], [], False
+    rows, masked, joint, bad, total = [], [], [], False, 0.0
     while len(rows) < episodes:
+        if len(masked) == max_steps:
+            rows.append({
+                "return": total, "length": max_steps, "ended_invalid": int(bad), "truncated": 1, "capped": 1,
+                "masked_share": float(np.mean(masked)), "joint_invalid": float(np.mean(joint)),
+            })  # fmt: skip
+            masked, joint, total = [], [], 0.0
+            obs, _ = envs.reset()
+            continue
         flat, mask = ppo_masked.observe(envs, obs, nvec, True)
         shares = action_shares(mask, nvec)
         masked.append(shares[0][0])
         joint.append(shares[1][0])
         action = np.asarray(choose(flat, mask, nvec)).reshape(1, len(nvec))
         bad = bool(invalid(action, mask, nvec)[0])
-        obs, _, terminations, truncations, infos = envs.step(action.reshape(envs.action_space.shape))
+        obs, reward, terminations, truncations, infos = envs.step(action.reshape(envs.action_space.shape))
+        total += float(reward[0])
         if terminations[0] or truncations[0]:
             episode = infos["final_info"]["episode"]
             rows.append({
                 "return": float(episode["r"][0]), "length": int(episode["l"][0]), "ended_invalid": int(bad),
-                "truncated": int(truncations[0] and not terminations[0]), "masked_share": float(np.mean(masked)),
-                "joint_invalid": float(np.mean(joint)),
+                "truncated": int(truncations[0] and not terminations[0]), "capped": 0,
+                "masked_share": float(np.mean(masked)), "joint_invalid": float(np.mean(joint)),
             })  # fmt: skip
-            masked, joint = [], []
+            masked, joint, total = [], [], 0.0
     envs.close()
     return rows
 
@@ -311,7 +323,7 @@ def load_agent(path):
     return agent.eval(), args
 
 
-FIELDS = ["return", "length", "ended_invalid", "truncated", "masked_share", "joint_invalid"]
+FIELDS = ["return", "length", "ended_invalid", "truncated", "capped", "masked_share", "joint_invalid"]
 
 
 def write_rows(path, header, rows):

@@ -152,3 +152,18 @@ def test_the_peers_settings_are_read_from_the_run_py_line_of_commands_txt(tmp_pa
     (tmp_path / "commands.txt").write_text("python benchmark/report.py x\n")
     with pytest.raises(SystemExit, match="maskable-ppo"):
         masking.peer_options(tmp_path / "commands.txt")
+
+
+@needs("envpool")
+def test_play_cuts_an_episode_that_an_agent_never_ends():
+    """Game2048-v1 takes an invalid move as a no-op: an agent that keeps choosing one would play forever. play() cuts
+    such an episode at max_steps (capped, truncated, its return so far) and starts another."""
+
+    def invalid_first(flat, mask, nvec):  # the first forbidden move, or move 0 when all are allowed
+        forbidden = np.flatnonzero(~mask[0])
+        return np.array([[forbidden[0] if len(forbidden) else 0]])
+
+    rows = masking.play("Game2048-v1", 1, 3, invalid_first, max_steps=50)
+    assert len(rows) == 3 and all(row["length"] <= 50 for row in rows)
+    capped = [row for row in rows if row["capped"]]
+    assert capped and all(row["length"] == 50 and row["truncated"] and row["ended_invalid"] for row in capped)
