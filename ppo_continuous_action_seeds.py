@@ -1,26 +1,22 @@
-"""PPO for continuous actions, many agents in one process: ppo_continuous_action.py training one independent agent per
-seed, and per setting (--setting NAME=FLAGS: flags of the loss and the update that differ between agents), at once.
-Each agent keeps its own parameters, Adam state, envs, M1-M4 statistics and random streams, and is an ordinary run of
-ppo_continuous_action.py with the common flags, its setting's and its seed (its own run folder, TensorBoard events and
-agent.pt); this script computes what that one computes for each agent, batched: the agents' parameters are stacked on a
-leading agent axis and each layer is one batched matmul (torch.baddbmm), their envs are one vector env, one Adam step
-serves them all, and everything that reduces over a batch or is a flag of a setting (G1's objective, clip range and
-beta, G3, G4, G5, G8's clip, X1, X3's stop, explained variance) is per agent. A setting may set the flags that are
-numbers or choices of the loss, the update or the initial weights (ppo_utils.seeds.PER_AGENT: --surrogate, --clip-coef,
---kl-beta, --kl-dtarg, --gae-lambda, --norm-adv, --clip-vloss, --ent-coef, --vf-coef, --max-grad-norm, --ortho-init,
---log-std-init, --anneal-clip-coef, --target-kl), not those that shape the batch, the network or the loop, the shared
-envs' wrappers, or the one Adam step (--learning-rate, --anneal-lr, --adam-eps). What the diff against
-ppo_continuous_action.py shows is what batching adds. No torchrun (X2): one process holds the agents.
+"""PPO for continuous actions, many agents in one process: ppo_continuous_action.py for one agent per seed and setting
+(--setting NAME=FLAGS), each keeping its own parameters, Adam state, envs, M1-M4 statistics and random streams, and each
+an ordinary run of ppo_continuous_action.py with the common flags, its setting's and its seed (its own run folder,
+TensorBoard events and agent.pt). This script computes what that one computes for each agent, batched: the parameters
+stacked on a leading agent axis (each layer one batched matmul), one vector env, one Adam step for all, and what reduces
+over a batch or is a setting's flag per agent. A setting sets flags of the loss, the update or the initial weights
+(ppo_utils.seeds.PER_AGENT: --surrogate, --clip-coef, --kl-beta, --kl-dtarg, --gae-lambda, --norm-adv, --clip-vloss,
+--ent-coef, --vf-coef, --max-grad-norm, --ortho-init, --log-std-init, --anneal-clip-coef, --target-kl); those that shape
+the batch, the network or the loop, the shared envs, or the one Adam step (--learning-rate, --anneal-lr, --adam-eps) are
+the same for all. The diff against ppo_continuous_action.py shows what batching adds. No torchrun (X2).
 
     python ppo_continuous_action_seeds.py --env-id Hopper-v5 --seeds 1 2 3
-    python ppo_continuous_action_seeds.py --env-id Hopper-v5 --seeds 1 2 --setting 'clip=' \
-        --setting 'kl-adaptive=--surrogate kl-adaptive --kl-dtarg 0.01' --setting 'clip-0.1=--clip-coef 0.1'
+    python ppo_continuous_action_seeds.py --seeds 1 2 --setting clip= --setting 'kl=--surrogate kl-adaptive --kl-dtarg 0.03'
 """
 
 import os
 import random
 from dataclasses import dataclass
-from typing import ClassVar, Literal, NamedTuple
+from typing import ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -31,12 +27,11 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
-from ppo_utils.checkpoints import Update
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes
 from ppo_utils.flag_checks import ArgError, check_args
-from ppo_utils.seeds import AgentsAdam, agent_infos, agent_runs, check_finite, check_seeds, finish_agents, finish_updates
-from ppo_utils.seeds import main, resume_agents, start_agents
+from ppo_utils.seeds import AgentsAdam, AgentsArgs, agent_infos, agent_runs, check_finite, check_seeds, finish_agents
+from ppo_utils.seeds import finish_updates, main, resume_agents, start_agents
 
 
 @dataclass
@@ -388,40 +383,7 @@ class Agents(nn.Module):
         return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), value
 
 
-SURROGATES = Args.__annotations__["surrogate"].__args__  # G1's objectives; AgentsArgs.surrogate: each agent's index
-
-
-class AgentsArgs(NamedTuple):
-    """What ppo_loss and update_policy read of Args, for every agent: the flags a --setting may set, as tensors with the
-    agent axis first (what the loss reads shaped (num_agents, 1) to meet a minibatch), the batch's sizes as numbers."""
-
-    surrogate: torch.Tensor  # (G1) each agent's objective: its index in SURROGATES
-    norm_adv: torch.Tensor  # (G3)
-    clip_vloss: torch.Tensor  # (G4)
-    ent_coef: torch.Tensor  # (G5)
-    vf_coef: torch.Tensor  # (G5)
-    max_grad_norm: torch.Tensor  # (G8) 0: off
-    target_kl: torch.Tensor  # (X3) inf: off
-    update_epochs: int
-    batch_size: int
-    minibatch_size: int
-
-    @classmethod
-    def of(cls, flags, args, device):
-        """From each agent's flags (`flags`, Args each) and the common ones (`args`)."""
-        per_agent = lambda values: torch.tensor(values, device=device)  # noqa: E731
-        return cls(
-            surrogate=per_agent([SURROGATES.index(f.surrogate) for f in flags]),
-            norm_adv=per_agent([f.norm_adv for f in flags])[:, None],
-            clip_vloss=per_agent([f.clip_vloss for f in flags]),
-            ent_coef=per_agent([f.ent_coef for f in flags]),
-            vf_coef=per_agent([f.vf_coef for f in flags]),
-            max_grad_norm=per_agent([f.max_grad_norm for f in flags]),
-            target_kl=per_agent([np.inf if f.target_kl is None else f.target_kl for f in flags]),
-            update_epochs=args.update_epochs,
-            batch_size=args.batch_size,
-            minibatch_size=args.minibatch_size,
-        )
+SURROGATES = Args.__annotations__["surrogate"].__args__  # G1's objectives, in the order of AgentsArgs.surrogate's indices
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
@@ -690,15 +652,7 @@ def train(args: SeedsArgs, stop_signals=()):
             kl_beta = [adapt_kl_beta(b, kl, f.kl_dtarg) if f.surrogate == "kl-adaptive" else b
                        for b, kl, f in zip(kl_beta, kls, flags)]  # fmt: skip  # G1
 
-        y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
-        var_y = np.var(y_true, axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            explained_var = np.where(var_y == 0, np.nan, 1 - np.var(y_true - y_pred, axis=-1) / var_y)
-        scalars = {"charts/learning_rate": [optimizer.param_groups[0]["lr"]] * num_agents, "charts/clip_coef": clip_coef}
-        scalars |= {"charts/kl_beta": kl_beta, "charts/update_epochs": stats["epochs"]}  # those of a KL surrogate, of X3
-        scalars |= {f"losses/{key}": value.tolist() for key, value in stats.items() if key != "epochs"}  # device sync
-        scalars["losses/explained_variance"] = explained_var.tolist()
-        finish_updates(runs, iteration, global_step, scalars, kl_beta, optimizer, failed, args.script)  # logs, checkpoints
+        finish_updates(runs, iteration, global_step, stats, batch, clip_coef, kl_beta, optimizer, failed, args.script)
 
     finish_agents(runs, args.script)  # the last checkpoints (--save-model, after a signal), says where it all is
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}

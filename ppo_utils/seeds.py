@@ -16,6 +16,7 @@ import typing
 from dataclasses import fields, replace
 from functools import partial
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -238,6 +239,39 @@ def start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, gener
     return last_updates
 
 
+class AgentsArgs(NamedTuple):
+    """What ppo_loss and update_policy read of Args, for every agent: the flags a --setting may set, as tensors with the
+    agent axis first (what the loss reads shaped (num_agents, 1) to meet a minibatch), the batch's sizes as numbers."""
+
+    surrogate: torch.Tensor  # (G1) each agent's objective: its index in the Literal of Args.surrogate
+    norm_adv: torch.Tensor  # (G3)
+    clip_vloss: torch.Tensor  # (G4)
+    ent_coef: torch.Tensor  # (G5)
+    vf_coef: torch.Tensor  # (G5)
+    max_grad_norm: torch.Tensor  # (G8) 0: off
+    target_kl: torch.Tensor  # (X3) inf: off
+    update_epochs: int
+    batch_size: int
+    minibatch_size: int
+
+    @classmethod
+    def of(cls, flags, args, device):
+        """From each agent's flags (`flags`, Args each) and the common ones (`args`)."""
+        per_agent = lambda values: torch.tensor(values, device=device)  # noqa: E731
+        return cls(
+            surrogate=per_agent([typing.get_args(type(f).__annotations__["surrogate"]).index(f.surrogate) for f in flags]),
+            norm_adv=per_agent([f.norm_adv for f in flags])[:, None],
+            clip_vloss=per_agent([f.clip_vloss for f in flags]),
+            ent_coef=per_agent([f.ent_coef for f in flags]),
+            vf_coef=per_agent([f.vf_coef for f in flags]),
+            max_grad_norm=per_agent([f.max_grad_norm for f in flags]),
+            target_kl=per_agent([np.inf if f.target_kl is None else f.target_kl for f in flags]),
+            update_epochs=args.update_epochs,
+            batch_size=args.batch_size,
+            minibatch_size=args.minibatch_size,
+        )
+
+
 class AgentsAdam:
     """Adam (G11) for agents whose parameters are stacked on a leading agent axis: as torch.optim.Adam (fused, or
     PyTorch's default) steps each agent's own parameters, each with its own moments and step count, all in one call of
@@ -420,20 +454,27 @@ def restore_agents(paths, checkpoints, agents, optimizer, optimizers, envs, shuf
     return [Update(c["iteration"], c["global_step"], c["kl_beta"]) for c in checkpoints]
 
 
-def finish_updates(runs, iteration, global_step, scalars, kl_beta, optimizer, failed, script):
-    """After each update, for each agent the NaN guard did not stop (`failed`: {agent: why}): its scalars (`scalars`:
-    tag -> one value per agent) logged as ppo_continuous_action.py logs them for its flags (charts/kl_beta for a KL
-    surrogate, charts/update_epochs with X3), its progress line headed by its seed, the update its checkpoint is to save;
-    then end_update."""
+def finish_updates(runs, iteration, global_step, stats, batch, clip_coef, kl_beta, optimizer, failed, script):
+    """After each update, for each agent the NaN guard did not stop (`failed`: {agent: why}): the scalars
+    ppo_continuous_action.py logs for its flags (charts/kl_beta for a KL surrogate, charts/update_epochs with X3), from
+    the update's statistics (`stats`: name -> one value per agent), its batch's explained variance, its clip range and
+    beta (one per agent), its progress line headed by its label, the update its checkpoint is to save; then end_update."""
+    y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
+    var_y = np.var(y_true, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        explained_var = np.where(var_y == 0, np.nan, 1 - np.var(y_true - y_pred, axis=-1) / var_y)
+    losses = {f"losses/{key}": value.tolist() for key, value in stats.items() if key != "epochs"}  # device sync
     for i, run in enumerate(runs):
         if i in failed:
             continue
-        logged = {tag: values[i] for tag, values in scalars.items()}
-        if run.args.surrogate not in ("kl-fixed", "kl-adaptive"):
-            del logged["charts/kl_beta"]
-        if run.args.target_kl is None:
-            del logged["charts/update_epochs"]
-        log_update(run, global_step, logged)  # with the episodes that ended and the SPS
+        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef[i]}
+        if run.args.surrogate in ("kl-fixed", "kl-adaptive"):
+            scalars["charts/kl_beta"] = kl_beta[i]
+        if run.args.target_kl is not None:
+            scalars["charts/update_epochs"] = stats["epochs"][i]  # X3: the epochs run before the KL stopped the update
+        scalars |= {key: values[i] for key, values in losses.items()}
+        scalars["losses/explained_variance"] = explained_var[i]
+        log_update(run, global_step, scalars)  # with the episodes that ended and the SPS
         run.optimizer.param_groups[0]["lr"] = optimizer.param_groups[0]["lr"]  # G6, as its checkpoint saves it
         run.finish_update(iteration, global_step, kl_beta[i])  # notes the update its checkpoint is to save
     end_update(runs, iteration, failed, script)  # the agents' checkpoints, as one set; after a NaN, the others'

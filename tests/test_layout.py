@@ -92,9 +92,8 @@ def test_shared_definitions_are_identical_except_the_allowed_ones(pair):
 SEEDS = "ppo_continuous_action_seeds"
 SEEDS_DIFFER = {"Args", "make_env", "make_envs", "NormalizeObservation", "ppo_loss", "ppo_backward", "update_policy",
                 "truncation_bootstrap", "train"}  # fmt: skip
-# Seeds: the base that puts --seeds first in --help; AgentsArgs: each agent's flags as the loss reads them; clip_grad_norms:
-# G8 for all agents at once
-SEEDS_ONLY = {"Seeds", "SeedsArgs", "NormalizeReward", "Agents", "AgentsArgs", "clip_grad_norms"}
+# Seeds: the base that puts --seeds first in --help; clip_grad_norms: G8 for all agents at once
+SEEDS_ONLY = {"Seeds", "SeedsArgs", "NormalizeReward", "Agents", "clip_grad_norms"}
 
 
 def test_the_batched_variant_differs_from_its_parent_only_where_batching_does():
