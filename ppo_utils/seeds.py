@@ -1,9 +1,11 @@
-"""The run plumbing of ppo_continuous_action_seeds.py, which trains one agent per seed in one process and makes each an
-ordinary run of ppo_continuous_action.py: each agent's flags, what its checkpoint keeps of the process's shared state
-(its own random streams, its rows of the M1/M3 statistics), the agents' checkpoints written as one set, --resume of
-several checkpoints at once, each agent's part of a vector env step's infos, what the runs say (each progress line its
-seed, one command that continues them all), and --eval-checkpoint, which plays an agent as the run of
-ppo_continuous_action.py that it is. It decides no PPO detail."""
+"""The run plumbing of ppo_continuous_action_seeds.py, which trains one agent per seed and setting (--setting
+NAME=FLAGS) in one process and makes each an ordinary run of ppo_continuous_action.py: each agent's flags (which a
+setting may set), the agents' one Adam step (AgentsAdam: their parameters stacked, each agent's moments and step count
+its own), each run's Agent and Adam as views of its rows (what its checkpoint keeps, in the single script's form, with
+its own random streams and rows of the M1/M3 statistics), the agents' checkpoints written as one set, --resume of
+several checkpoints at once, each agent's part of a vector env step's infos, what the runs log and say (each progress
+line its agent, one command that continues them all), and --eval-checkpoint, which plays an agent as the run of
+ppo_continuous_action.py that it is. It decides no PPO detail: Adam's numbers are torch.optim.adam.adam's."""
 
 import contextlib
 import importlib.util
