@@ -15,7 +15,7 @@ import random
 import shlex
 import sys
 import typing
-from dataclasses import fields, replace
+from dataclasses import fields
 from functools import partial
 from types import SimpleNamespace
 from typing import NamedTuple
@@ -178,8 +178,7 @@ def resume_agents(args, run_args):
     completed = finish_interrupted_set(args.resume)  # a set whose writing was cut short between two renames
     if completed:
         print(f"the last checkpoints of these runs were cut short while written; completed them: {' '.join(completed)}")
-    one = {field: getattr(args, field) for field in ("setting", "exp_name")}  # refused with --resume by check_seeds
-    loaded = [resume_flags(run_args(**common_flags(replace(args, **one), run_args), resume=path)) for path in args.resume]
+    loaded = [resume_flags(run_args(**common_flags(args, run_args), resume=path)) for path in args.resume]
     (first, checkpoint), agents = loaded[0], [(flags.exp_name, flags.seed) for flags, _ in loaded]
     shared = [field.name for field in fields(run_args) if field.name not in (*PER_AGENT, "seed", "exp_name", "resume")]
     for path, (flags, other) in zip(args.resume[1:], loaded[1:]):
