@@ -126,6 +126,9 @@ def setting_values(name, words, kinds):
             fix = "--seeds sets each agent's" if field == "seed" else "pass it outside --setting"
             raise ArgError(f"--setting {name}: {word} {why}; {fix}")
         if kinds[field] is bool:
+            if value:
+                flag = field.replace("_", "-")
+                raise ArgError(f"--setting {name}: {word}={value}: a switch takes no value; write --{flag} or --no-{flag}")
             values[field] = not negated
             continue
         if not value and (not words or words[0].startswith("--")):

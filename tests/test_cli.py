@@ -152,6 +152,7 @@ BAD_INPUTS = [
     ("ppo_continuous_action_seeds", ["--setting", "a=--clip-cof 0.1"], "--setting a: --clip-cof is not a flag of"),
     ("ppo_continuous_action_seeds", ["--setting", "a=--surrogate kl"], "--setting a: --surrogate kl: pass one of clip,"),
     ("ppo_continuous_action_seeds", ["--setting", "a=--clip-coef"], "--setting a: --clip-coef takes a value"),
+    ("ppo_continuous_action_seeds", ["--setting", "a=--norm-adv=False"], "--setting a: --norm-adv=False: a switch takes"),
     ("ppo_continuous_action_seeds", ["--setting", "a=--clip-coef -1"], "--setting a: --clip-coef -1.0: pass"),
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--setting", "a="], "drop --setting"),
     ("ppo", ["--env-id", "Pendulum-v1"], "use ppo_continuous_action.py"),
