@@ -137,7 +137,7 @@ class Args:
 @dataclass
 class Seeds:  # a base of SeedsArgs, so that --seeds comes first in --help
     seeds: tuple[int, ...] = (1,)  # one agent per seed and setting (ppo_continuous_action.py --seed k), in 0 .. 2**32 - 1
-    setting: tyro.conf.UseAppendAction[tuple[str, ...]] = ()  # NAME=FLAGS: agents (one per seed) with these flags (above)
+    setting: tyro.conf.UseAppendAction[tuple[str, ...]] = ()  # NAME=FLAGS: an agent per seed with FLAGS (which: docs/speed.md)
 
 
 @dataclass
