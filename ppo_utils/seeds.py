@@ -308,9 +308,8 @@ class AgentsAdam:
             tensors = (self.params, grads, self.exp_avgs, self.exp_avg_sqs)
             params, grads, avgs, sqs = ([t[i] for i in agents for t in kind] for kind in tensors)  # each agent's rows
             steps = self.steps[torch.as_tensor(agents, device=self.steps.device)].repeat_interleave(k)
-        adam(params, grads, avgs, sqs, [], list(steps.unbind()), fused=self.fused, amsgrad=False,
-                              beta1=0.9, beta2=0.999, lr=self.param_groups[0]["lr"], weight_decay=0.0, eps=self.eps,
-                              maximize=False)  # fmt: skip
+        adam(params, grads, avgs, sqs, [], list(steps.unbind()), fused=self.fused, amsgrad=False, beta1=0.9,
+             beta2=0.999, lr=self.param_groups[0]["lr"], weight_decay=0.0, eps=self.eps, maximize=False)  # fmt: skip
         self.steps += torch.as_tensor(running, device=self.steps.device)
         self.counts += running
 
