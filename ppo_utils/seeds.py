@@ -399,9 +399,11 @@ def finish_agents(runs, script):
 
 
 def agent_infos(infos, agent, envs_per_agent):
-    """The part of a vector env step's infos that belongs to agent `agent`'s envs (each array sliced, dicts recursed)."""
+    """The part of a vector env step's episode statistics (infos["final_info"], all that Log.record_episodes reads) that
+    belongs to agent `agent`'s envs, each array sliced and dicts recursed; {} at a step where no episode ended (most
+    steps: slicing every key of every agent's infos at every step cost more than the agents' bookkeeping needs)."""
     part = slice(agent * envs_per_agent, (agent + 1) * envs_per_agent)
-    return {key: value_part(value, part) for key, value in infos.items()}
+    return {"final_info": value_part(infos["final_info"], part)} if "final_info" in infos else {}
 
 
 def value_part(value, part):
