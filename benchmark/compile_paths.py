@@ -10,16 +10,16 @@ machine moves them less than it moves the wall clock; the first update of each p
 reported apart. The batch is random (the update's cost does not depend on its values); the rollout steps the env with the agent."""
 
 import argparse
-import os
-import sys
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import ppo_continuous_action as cont  # noqa: E402
-from ppo_utils.compiled import compiled_backward  # noqa: E402
+from sps import load_script  # beside this file; importing it loads ppo_utils/ from the project's folder
+
+from ppo_utils.compiled import compiled_backward  # noqa: E402  (loaded by sps)
+
+cont = load_script("ppo_continuous_action.py")
 
 
 def random_batch(agent, size, obs_dim):

@@ -30,12 +30,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # ppo_masked.py and ppo_utils/, beside benchmark/
-    sys.path.insert(0, str(ROOT))
+from sps import load_script  # beside this file; importing it loads ppo_utils/ from the project's folder
 
-import ppo_masked
-from ppo_utils.envpool_backend import EnvpoolTasks
+from ppo_utils.envpool_backend import EnvpoolTasks  # noqa: E402  (loaded by sps)
+
+ROOT = Path(__file__).resolve().parent.parent
+ppo_masked = load_script("ppo_masked.py")
 
 TASKS = ["Knapsack-v1", "Cleaner-v0", "Game2048-v1", "TSP-v1", "JobShop-v0"]  # the tables' order
 MAX_STEPS = 2000  # play(): an episode this long is cut (none of TASKS' runs near it: at most a few hundred steps)

@@ -62,6 +62,9 @@ BENCHMARK_ENVS = {  # script: (env id, training steps per run)
 
 
 def load_script(name):
+    """The project's script `name` (ppo_masked.py) as a module, loaded once (a test's copy, if loaded, is reused)."""
+    if Path(name).stem in sys.modules:
+        return sys.modules[Path(name).stem]
     spec = importlib.util.spec_from_file_location(Path(name).stem, ROOT / name)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # tyro reads the Args docstrings through the module
