@@ -287,6 +287,16 @@ def checkpoints_in(folder):
     return sorted(glob.glob(str(folder / "runs" / "*" / "agent.pt")))
 
 
+def wait_for_checkpoints(proc, folder, count, iteration):
+    """Waits (240 s at most, or until proc exits) for `count` checkpoints in folder, all at `iteration` or later."""
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        paths = checkpoints_in(folder)
+        if len(paths) == count and all(torch.load(p, weights_only=True)["iteration"] >= iteration for p in paths):
+            return
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
 def test_a_stopped_batched_run_resumes_each_agent_as_one_continuous_run(tmp_path):
     """SIGTERM: every agent saves its last finished update, the output names the command that continues them all (and
@@ -296,12 +306,7 @@ def test_a_stopped_batched_run_resumes_each_agent_as_one_continuous_run(tmp_path
     command = [sys.executable, str(ROOT / "ppo_continuous_action_seeds.py"), "--seeds", "3", "5", *FLAGS]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        paths = checkpoints_in(tmp_path)
-        if len(paths) == 2 and all(torch.load(p, weights_only=True)["iteration"] >= 10 for p in paths):
-            break
-        time.sleep(0.3)
+    wait_for_checkpoints(proc, tmp_path, count=2, iteration=10)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -341,12 +346,7 @@ def test_a_killed_run_of_several_settings_resumes_every_agent_with_its_own_flags
     command = [sys.executable, str(ROOT / "ppo_continuous_action_seeds.py"), "--seeds", "3", "5", *settings, *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        paths = checkpoints_in(tmp_path)
-        if len(paths) == 4 and all(torch.load(p, weights_only=True)["iteration"] >= 5 for p in paths):
-            break
-        time.sleep(0.2)
+    wait_for_checkpoints(proc, tmp_path, count=4, iteration=5)
     proc.kill()
     proc.communicate(timeout=60)
     paths = checkpoints_in(tmp_path)  # sorted: clip 3, clip 5, kl 3, kl 5
