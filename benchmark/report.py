@@ -13,8 +13,8 @@ each task's raw means.
 
 The report is always built from compact data kept beside it, in <output>/data/: episodes.csv.gz (env_id, variant,
 seed, step, episodic_return, episodic_length of every episode of every run), runs.csv (env_id, variant, seed, sps,
-wall time, commit, machine, peer) and stats.csv.gz (each update's logged losses/<name>), small enough to commit
-(and compare.txt, the --compare pairs).
+wall time, commit, machine, peer, and agents: the runs its process trained) and stats.csv.gz (each update's logged
+losses/<name>), small enough to commit (and compare.txt, the --compare pairs).
 Reading a runs folder adds its runs to that data (replacing runs of the same env, variant and seed, keeping the
 others), so a matrix can be finished over several sittings and machines, and benchmark/run.py skips the runs the data
 already holds. A run that has not finished, or whose logs end short of the steps it was run for (an event file cut

@@ -124,6 +124,7 @@ def read_runs_folder(root: Path, left_out=None):
         if run_stats is not None:
             stats.append(run_stats.assign(**key))
         runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine", "peer")}})
+        runs[-1]["agents"] = done.get("seeds_in_process", 1)  # the runs its process trained (run.py --batch-seeds: many)
     if not runs:
         return None
     stats = pd.concat(stats, ignore_index=True) if stats else None
@@ -132,7 +133,7 @@ def read_runs_folder(root: Path, left_out=None):
 
 # The columns of the data files (and of random.csv) that must hold a value, an integer or a number (or be empty)
 FILLED = set(KEYS) | {"step"}
-INTEGERS = {"seed", "step", "episodic_length", "episode", "length"}
+INTEGERS = {"seed", "step", "episodic_length", "episode", "length", "agents"}
 NUMBERS = INTEGERS | {"sps", "seconds", "episodic_return", "return"} | set(STATS)
 
 
@@ -245,6 +246,8 @@ def write_data(data: Path, tables):
     if "episodic_length" in episodes:  # NaN for runs kept from before lengths were kept
         episodes["episodic_length"] = episodes["episodic_length"].round().astype("Int64")
     episodes.to_csv(data / "episodes.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
+    if "agents" in runs:  # empty for runs kept from before it was recorded
+        runs = runs.assign(agents=runs["agents"].astype("Int64"))
     runs.sort_values(KEYS).to_csv(data / "runs.csv", index=False)
     if stats is not None:
         stats = stats.reindex(columns=order + [name for name in STATS if name in stats]).sort_values(order, kind="stable")
@@ -252,12 +255,14 @@ def write_data(data: Path, tables):
 
 
 def summarize(tables, last: int):
-    """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, curve data."""
+    """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, the runs its
+    process trained (agents; NaN where not recorded), curve data."""
     episodes, runs, _ = tables
     rows = []
     for (env_id, variant, seed), run in episodes.groupby(KEYS, sort=True):
         steps, returns = run["step"].to_numpy(), run["episodic_return"].to_numpy()
-        sps = runs[(runs["env_id"] == env_id) & (runs["variant"] == variant) & (runs["seed"] == seed)]["sps"]
+        row = runs[(runs["env_id"] == env_id) & (runs["variant"] == variant) & (runs["seed"] == seed)]
+        sps, agents = row["sps"], row["agents"] if "agents" in row else []
         rows.append(
             {
                 "env_id": env_id,
@@ -265,6 +270,7 @@ def summarize(tables, last: int):
                 "seed": int(seed),
                 "score": returns[-last:].mean(),
                 "sps": sps.iloc[0] if len(sps) else np.nan,
+                "agents": agents.iloc[0] if len(agents) else np.nan,
                 "steps": steps,
                 "returns": returns,
             }

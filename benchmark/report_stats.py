@@ -1,7 +1,7 @@
 """The statistics of benchmark/report.py, each a library call: percentile-bootstrap intervals (scipy.stats.bootstrap,
 each sample resampled on its own), the exact one-sided Mann-Whitney rank test (scipy.stats.mannwhitneyu over every
-split of the pooled values), rliable's interquartile mean with its stratified-bootstrap interval, and the sample
-standard deviation over seeds (ddof 1).
+split of the pooled values), the Wilcoxon signed-rank test of paired differences (scipy.stats.wilcoxon), rliable's
+interquartile mean with its stratified-bootstrap interval, and the sample standard deviation over seeds (ddof 1).
 
 Each of scipy's bootstraps draws from np.random.default_rng(seed), a fixed seed, so that a rebuild from the same data
 gives the same interval; scipy draws a sample's resamples as rng.integers(0, n, (reps, n)), the draws that
@@ -86,6 +86,16 @@ def rank_test(higher, lower):
     method = stats.PermutationMethod(n_resamples=np.inf) if exact else "asymptotic"  # asymptotic: for U alone
     result = stats.mannwhitneyu(higher, lower, alternative="greater", method=method)
     return float(result.statistic), float(result.pvalue) if exact else np.nan
+
+
+def signed_rank_test(differences):
+    """The two-sided p of the Wilcoxon signed-rank test that paired differences centre on 0 (scipy.stats.wilcoxon;
+    exact where scipy computes it exactly: few values, no ties, no zeros): five differences all of one sign give 2/32.
+    NaN with fewer than two differences."""
+    differences = np.asarray(differences, dtype=float)
+    if len(differences) < 2:
+        return np.nan
+    return float(stats.wilcoxon(differences, alternative="two-sided").pvalue)
 
 
 def iqm_interval(scores, reps=2000, seed=0):

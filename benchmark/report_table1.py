@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from report_figures import CURVE_POINTS, draw_curve, finish_panels, panels_figure  # noqa: E402
-from report_stats import stratified_interval  # noqa: E402
+from report_stats import bootstrap_interval, signed_rank_test, stratified_interval  # noqa: E402
 
 # The PPO paper's Table 1: the average normalized score of each setting over its 7 MuJoCo tasks x 3 seeds, by the names
 # of benchmark/run.py's table1 variants (Schulman et al. 2017, section 6.1; beta starts at 1 in the adaptive rows)
@@ -29,7 +29,7 @@ PAPER_TABLE1 = {
     "kl-fixed-3": 0.72,
     "kl-fixed-10": 0.69,
 }
-
+PAPER_SEEDS = 3  # the paper's runs of each setting on each task: a setting is comparable from this many a task
 
 # The paper's four objectives (section 6.1), each a family of Table 1 settings named by its prefix
 TABLE1_FAMILIES = {"unclipped": "no clipping or penalty", "clip-": "clipping", "kl-adaptive-": "adaptive KL",
@@ -67,12 +67,93 @@ def family_best(runs: pd.DataFrame):
     return best[["env_id", "family", "variant"]].reset_index(drop=True)
 
 
-def normalized_scores(runs: pd.DataFrame, random: pd.DataFrame):
+def normalized_scores(runs: pd.DataFrame, random: pd.DataFrame, reference: pd.DataFrame | None = None):
     """Each run's score shifted and scaled within its task as the paper's Table 1 does: the random policy's mean return
-    (random: one row per episode, env_id and return) becomes 0 and the best setting's mean over its seeds becomes 1."""
+    (random: one row per episode, env_id and return) becomes 0 and the best setting's mean over its seeds becomes 1,
+    its seeds those of `reference` (default: runs)."""
+    reference = runs if reference is None else reference
     random_mean = runs["env_id"].map(random.groupby("env_id")["return"].mean())
-    best = runs["env_id"].map(runs.groupby(["env_id", "variant"])["score"].mean().groupby("env_id").max())
+    best = runs["env_id"].map(reference.groupby(["env_id", "variant"])["score"].mean().groupby("env_id").max())
     return runs.assign(normalized=(runs["score"] - random_mean) / (best - random_mean))
+
+
+def table1_seeds(runs: pd.DataFrame):
+    """(the runs of the table, the runs of seeds still coming in): where some seeds have all their runs in (every
+    setting on every task), those seeds' runs and the others apart, so that a study adding seeds keeps a table over
+    whole seeds while it runs; where none has, all runs and none apart."""
+    per_seed = runs.groupby("seed").size()
+    whole = per_seed.index[per_seed == runs["env_id"].nunique() * len(PAPER_TABLE1)]
+    if len(whole) == 0:
+        return runs, runs.iloc[:0]
+    inside = runs["seed"].isin(whole)
+    return runs[inside], runs[~inside]
+
+
+def seed_list(seeds):
+    return ", ".join(str(seed) for seed in sorted(seeds))
+
+
+def how_trained(runs: pd.DataFrame):
+    """Which seeds' runs trained one to a process and which many (runs.csv's agents), or "" where all trained one to a
+    process or none says."""
+    if "agents" not in runs or not (runs["agents"] > 1).any():
+        return ""
+    parts = []
+    for agents, group in runs.groupby(runs["agents"].fillna(0).astype(int)):
+        how = {0: "not recorded", 1: "one run per process (ppo_continuous_action.py)"}.get(
+            agents, f"{agents} runs per process (ppo_continuous_action_seeds.py: benchmark/run.py --batch-seeds)"
+        )
+        parts.append(f"seeds {seed_list(group['seed'].unique())}: {how}")
+    return " How they trained: " + "; ".join(parts) + "."
+
+
+def by_process(runs: pd.DataFrame, random: pd.DataFrame, reference: pd.DataFrame):
+    """The runs trained many to a process beside those trained one to a process (runs.csv's agents), on the (task,
+    setting) cells that have both: per cell, the mean normalized score of the first minus that of the second, each
+    run scaled as the table's are (by reference's best setting); per setting and over all cells, the mean difference
+    with a 95% bootstrap interval over cells, and the Wilcoxon signed-rank test over all cells. "" without both kinds."""
+    if "agents" not in runs:
+        return ""
+    normalized = normalized_scores(runs, random, reference)
+    one, many = normalized[normalized["agents"] == 1], normalized[normalized["agents"] > 1]
+    if one.empty or many.empty:
+        return ""
+    single = one.groupby(["env_id", "variant"])["normalized"].mean()
+    batched = many.groupby(["env_id", "variant"])["normalized"].mean()
+    cells = single.index.intersection(batched.index)
+    if cells.empty:
+        return ""
+    difference = (batched[cells] - single[cells]).rename("difference").reset_index()
+    lines = [
+        f"Runs trained many to a process (seeds {seed_list(many['seed'].unique())}, "
+        f"{seed_list(many['agents'].astype(int).unique())} runs a process) beside runs trained one to a process (seeds "
+        f"{seed_list(one['seed'].unique())}), on the {len(cells)} (task, setting) cells that have both: a cell's "
+        "difference is the mean normalized score of its runs trained many to a process minus that of its others, each "
+        "run scaled as in the table above; the interval resamples cells.\n",
+        "| setting | cells | one to a process | many to a process | difference [95% interval] |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for variant in [*PAPER_TABLE1, "all"]:
+        rows = difference if variant == "all" else difference[difference["variant"] == variant]
+        if rows.empty:
+            continue
+        keys = pd.MultiIndex.from_frame(rows[["env_id", "variant"]])
+        low, high = bootstrap_interval(rows["difference"].to_numpy())
+        lines.append(
+            f"| {variant} | {len(rows)} | {single[keys].mean():.2f} | {batched[keys].mean():.2f} | "
+            f"{rows['difference'].mean():+.2f} [{low:+.2f}, {high:+.2f}] |"
+        )
+    low, high = bootstrap_interval(difference["difference"].to_numpy())
+    p = signed_rank_test(difference["difference"].to_numpy())
+    verdict = (
+        "the interval holds 0 and the test finds no shift: no sign that the runs trained many to a process learn "
+        "differently"
+        if low <= 0 <= high and not p < 0.05
+        else "they differ: the runs trained many to a process score "
+        + ("higher" if difference["difference"].mean() > 0 else "lower")
+    )
+    lines += ["", f"Over all {len(cells)} cells, the Wilcoxon signed-rank test (two-sided): p = {p:.2f}; {verdict}."]
+    return "\n".join(lines)
 
 
 def table1_interval(normalized: pd.DataFrame, reps=10_000, seed=0):
@@ -127,19 +208,28 @@ def table1_claims(normalized: pd.DataFrame, full: int):
 
 def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
     """The paper's Table 1 beside ours (average normalized score, 95% interval), then each task's raw means."""
-    normalized = normalized_scores(runs, random)
+    table, coming = table1_seeds(runs)
+    normalized = normalized_scores(table, random)
     tasks = sorted(runs["env_id"].unique())
-    full = len(tasks) * 3
+    full = len(tasks) * max(PAPER_SEEDS, table["seed"].nunique())
     total = len(PAPER_TABLE1) * full
     caveat = (
         f": a setting with fewer than {full} runs is not yet comparable, and the best setting of a task is the best "
         "among those run so far"
     )
+    later = (
+        f" Seeds {seed_list(coming['seed'].unique())} are coming in ({len(coming)} of "
+        f"{coming['seed'].nunique() * len(tasks) * len(PAPER_TABLE1)} runs): they join the table once all their runs "
+        "are in, and stand beside the others at the end of this section until then."
+        if len(coming)
+        else ""
+    )
     lines = [
         "Each run's score (the mean return of its last 100 episodes) is shifted and scaled within its task so that the "
         "random policy (100 episodes of uniform random actions, data/random.csv) scores 0 and the best setting's mean "
         "over its seeds scores 1, as in the paper; a setting's figure is the mean over its runs, with a 95% bootstrap "
-        f"interval resampling seeds within tasks. {len(runs)} of {total} runs are in{caveat if len(runs) < total else ''}.\n",
+        f"interval resampling seeds within tasks. {len(table)} of {total} runs are in{caveat if len(table) < total else ''}"
+        f" (seeds {seed_list(table['seed'].unique())}).{how_trained(table)}{later}\n",
         "| setting | runs | ours: avg. normalized score [95% interval] | paper |",
         "| --- | ---: | ---: | ---: |",
     ]
@@ -152,7 +242,7 @@ def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
             ours = "-"
         lines.append(f"| {variant} | {len(group)} of {full} | {ours} | {paper:.2f} |")
     lines += ["", table1_claims(normalized, full)]
-    means = runs.groupby(["variant", "env_id"])["score"].mean()
+    means = table.groupby(["variant", "env_id"])["score"].mean()
     lines += ["", "Raw means over seeds (the mean return of each run's last 100 episodes):", ""]
     lines += ["| setting | " + " | ".join(tasks) + " |", "| --- |" + " ---: |" * len(tasks)]
     random_means = random.groupby("env_id")["return"].mean()
@@ -160,14 +250,16 @@ def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
     for variant in PAPER_TABLE1:
         cells = [f"{means[(variant, t)]:.1f}" if (variant, t) in means.index else "-" for t in tasks]
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    beside = by_process(runs, random, table)
+    return "\n".join(lines + (["", beside] if beside else []))
 
 
 def plot_table1(runs: pd.DataFrame, random: pd.DataFrame, path: Path):
     """The eleven settings' average normalized scores at a glance: ours (a dot and its 95% interval; hollow while a
     setting's runs are incomplete) beside the paper's (a cross), one row per setting, 0 the random policy."""
-    normalized = normalized_scores(runs, random)
-    full = runs["env_id"].nunique() * 3
+    table = table1_seeds(runs)[0]
+    normalized = normalized_scores(table, random)
+    full = runs["env_id"].nunique() * max(PAPER_SEEDS, table["seed"].nunique())
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for row, (variant, paper) in enumerate(PAPER_TABLE1.items()):
         group = normalized[normalized["variant"] == variant]

@@ -434,6 +434,8 @@ def test_runner_batch_seeds_trains_a_tasks_variants_in_one_process(tmp_path):
     assert sorted(zip(tables.runs["variant"], tables.runs["seed"])) == sorted(
         (v, s) for v in ("clip", "kl", "envs") for s in (1, 2)
     )
+    agents = dict(zip(tables.runs["variant"] + tables.runs["seed"].astype(str), tables.runs["agents"]))
+    assert agents == {"clip1": 4, "clip2": 4, "kl1": 4, "kl2": 4, "envs1": 2, "envs2": 2}  # runs.csv's, for the report
 
 
 def test_the_runner_looks_for_the_line_a_stopped_run_ends_with():

@@ -138,10 +138,51 @@ def test_the_results_page_shows_table1_as_the_committed_report_has_it():
     rows = [line for line in page.splitlines() if line.split(" | ")[0][2:] in report_table1.PAPER_TABLE1]
     assert [row.split(" | ")[0][2:] for row in rows] == list(report_table1.PAPER_TABLE1)
     assert all(row in results.splitlines() for row in rows)
-    runs = len(pd.read_csv(ROOT / "benchmark/results/table1/data/runs.csv"))
-    assert all(f"{runs} of 231 runs are in" in text for text in (page, readme, results))
+    table = report_table1.table1_seeds(pd.read_csv(ROOT / "benchmark/results/table1/data/runs.csv"))[0]
+    total = 7 * len(report_table1.PAPER_TABLE1) * max(3, table["seed"].nunique())  # runs of whole seeds: 231, 462
+    assert all(f"{len(table)} of {total} runs are in" in text for text in (page, readme, results))
     clip = next(row for row in rows if row.startswith("| clip-0.2 |")).split(" | ")[2]  # the README's headline figure
     assert f"clipping at 0.2: {clip}" in readme
+
+
+def test_seeds_still_coming_in_stand_apart_and_beside_the_others_by_how_they_trained():
+    """Hand-made, one task, random policy 0. Seeds 1 and 2 (one run a process) have every setting: clip-0.2 scores 10
+    and 12 (mean 11, the best), every other setting 4 and 6 (mean 5). Seed 3 (11 runs a process) has three in: clip-0.2
+    13.2, clip-0.1 6.1, unclipped 8.3. The table holds seeds 1 and 2 alone (22 of 33 runs: 3 seeds a setting is full);
+    beside them, seed 3 scaled by their best (11): cell differences 13.2/11 - 1 = +0.2, (6.1 - 5)/11 = +0.1 and
+    (8.3 - 5)/11 = +0.3, mean +0.2; three differences of one sign: the signed-rank test's p = 2/8. With clip-0.1 at 3.9
+    (-0.1) the signs mix: p = 2 * 2/8 (W- = 1: ranks {1} and {} of 1, 2, 3) and the interval holds 0."""
+    rows = [("A", v, seed, (10.0 if seed == 1 else 12.0) if v == "clip-0.2" else (4.0 if seed == 1 else 6.0), 1)
+            for v in report_table1.PAPER_TABLE1 for seed in (1, 2)]  # fmt: skip
+    coming = [("A", "clip-0.2", 3, 13.2, 11), ("A", "clip-0.1", 3, 6.1, 11), ("A", "unclipped", 3, 8.3, 11)]
+    runs = pd.DataFrame(rows + coming, columns=["env_id", "variant", "seed", "score", "agents"])
+    random = pd.DataFrame({"env_id": ["A", "A"], "return": [-1.0, 1.0]})
+    table, later = report_table1.table1_seeds(runs)
+    assert sorted(table["seed"].unique()) == [1, 2] and len(later) == 3
+    text = report_table1.table1_section(runs, random)
+    assert runs_in(text) == (22, 33, 3) and "Seeds 3 are coming in (3 of 11 runs)" in text
+    count, full, (mean, *_), _ = table1_rows(text)["clip-0.2"]
+    assert (count, full) == (2, 3) and mean == pytest.approx(1.0)  # (10/11 + 12/11) / 2, seed 3 left out
+    beside = {line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines() if " | " in line}
+    assert beside["all"][1:4] == ["3", "0.64", "0.84"]  # (1 + 5/11 + 5/11) / 3 and (1.2 + 6.1/11 + 8.3/11) / 3
+    assert beside["all"][4].startswith("+0.20 [+0.1") and beside["clip-0.1"][4].startswith("+0.10 [+0.10, +0.10]")
+    assert "p = 0.25; they differ: the runs trained many to a process score higher." in text
+    mixed = runs.assign(score=runs["score"].where(~((runs["seed"] == 3) & (runs["variant"] == "clip-0.1")), 3.9))
+    text = report_table1.table1_section(mixed, random)
+    assert "p = 0.50; the interval holds 0" in text and "no sign that the runs trained many to a process" in text
+    assert "| all | 3 | 0.64 | 0.77 | +0.13 [" in text  # (+0.2 - 0.1 + 0.3) / 3
+    single = runs[runs["seed"] < 3]  # no runs trained many to a process: no comparison
+    assert "to a process" not in report_table1.table1_section(single, random)
+
+
+def test_the_signed_rank_test_is_exact_for_a_few_differences():
+    """Wilcoxon's signed-rank test counted by hand: five differences all positive; of the 2^5 sign patterns one has every
+    sign positive and one every sign negative, so the two-sided p is 2/32. One difference: no test."""
+    from report_stats import signed_rank_test
+
+    assert signed_rank_test([0.1, 0.4, 0.2, 0.5, 0.3]) == pytest.approx(2 / 32)
+    assert signed_rank_test([-0.1, 0.4, 0.2, 0.5, 0.3]) == pytest.approx(2 * 2 / 32)  # W- = 1: {1} or {} of ranks 1-5
+    assert np.isnan(signed_rank_test([0.3]))
 
 
 @pytest.mark.slow
