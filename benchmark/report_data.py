@@ -123,8 +123,9 @@ def read_runs_folder(root: Path, left_out=None):
         episodes.append(run_episodes.assign(**key))
         if run_stats is not None:
             stats.append(run_stats.assign(**key))
-        runs.append({**key, "sps": sps, **{field: done.get(field) for field in ("seconds", "commit", "machine", "peer")}})
-        runs[-1]["agents"] = done.get("seeds_in_process", 1)  # the runs its process trained (run.py --batch-seeds: many)
+        recorded = {field: done.get(field) for field in ("seconds", "commit", "machine", "peer")}
+        agents = done.get("seeds_in_process", 1)  # the runs its process trained (run.py --batch-seeds: many)
+        runs.append({**key, "sps": sps, **recorded, "agents": agents})
     if not runs:
         return None
     stats = pd.concat(stats, ignore_index=True) if stats else None
