@@ -256,24 +256,16 @@ def write_data(data: Path, tables):
 
 
 def summarize(tables, last: int):
-    """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, the runs its
-    process trained (agents; NaN where not recorded), curve data."""
+    """One row per run: env_id, variant, seed, score (mean return of its last `last` episodes), sps, seconds, machine,
+    the runs its process trained (agents), curve data; NaN where runs.csv does not say."""
     episodes, runs, _ = tables
     rows = []
     for (env_id, variant, seed), run in episodes.groupby(KEYS, sort=True):
         steps, returns = run["step"].to_numpy(), run["episodic_return"].to_numpy()
         row = runs[(runs["env_id"] == env_id) & (runs["variant"] == variant) & (runs["seed"] == seed)]
-        sps, agents = row["sps"], row["agents"] if "agents" in row else []
+        said = {c: row[c].iloc[0] if c in row and len(row) else np.nan for c in ("sps", "seconds", "machine", "agents")}
         rows.append(
-            {
-                "env_id": env_id,
-                "variant": variant,
-                "seed": int(seed),
-                "score": returns[-last:].mean(),
-                "sps": sps.iloc[0] if len(sps) else np.nan,
-                "agents": agents.iloc[0] if len(agents) else np.nan,
-                "steps": steps,
-                "returns": returns,
-            }
+            {"env_id": env_id, "variant": variant, "seed": int(seed), "score": returns[-last:].mean(), **said}
+            | {"steps": steps, "returns": returns}
         )
     return pd.DataFrame(rows)

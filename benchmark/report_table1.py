@@ -155,6 +155,31 @@ def by_process(runs: pd.DataFrame, random: pd.DataFrame, reference: pd.DataFrame
     return "\n".join(lines)
 
 
+def study_time(runs: pd.DataFrame):
+    """The time each seed's runs took: a run's share of its process's wall time is its seconds over its process's
+    runs (runs.csv's agents; a batched process's runs each carry the whole process's seconds). The runner ran two
+    processes at a time (data/notes.md), so a seed's wall time is half its process time. "" without seconds."""
+    if "seconds" not in runs or runs["seconds"].isna().all():
+        return ""
+    agents = runs["agents"].fillna(1) if "agents" in runs else pd.Series(1, index=runs.index)
+    runs = runs.assign(share=runs["seconds"] / agents, processes=1 / agents, host=runs["machine"].str.split(",").str[0])
+    lines = [
+        "The time each seed took: a run's share of its process's wall time is the process's seconds over the runs it "
+        "trained; the runner ran two processes at a time, so a seed's wall time is half its process time.\n",
+        "| seeds | runs | processes | process time | wall time, two at a time | machines (runs) |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    groups = [(str(seed), group) for seed, group in runs.groupby("seed")] + [("all", runs)]
+    for name, group in groups:
+        hours = group["share"].sum() / 3600
+        counts = group["host"].fillna("not recorded").value_counts()
+        machines = ", ".join(f"{host} ({counts[host]})" for host in sorted(counts.index, key=lambda h: (-counts[h], h)))
+        lines.append(
+            f"| {name} | {len(group)} | {group['processes'].sum():.0f} | {hours:.1f} h | {hours / 2:.1f} h | {machines} |"
+        )
+    return "\n".join(lines)
+
+
 def table1_interval(normalized: pd.DataFrame, reps=10_000, seed=0):
     """The 95% percentile-bootstrap interval of a setting's average normalized score over its runs, each task's seeds
     resampled with replacement within that task (the tasks stay, each with its number of runs): report_stats'
@@ -249,8 +274,8 @@ def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
     for variant in PAPER_TABLE1:
         cells = [f"{means[(variant, t)]:.1f}" if (variant, t) in means.index else "-" for t in tasks]
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
-    beside = by_process(runs, random, table)
-    return "\n".join(lines + (["", beside] if beside else []))
+    beside, time = by_process(runs, random, table), study_time(runs)
+    return "\n".join(lines + [part for text in (beside, time) if text for part in ("", text)])
 
 
 def plot_table1(runs: pd.DataFrame, random: pd.DataFrame, path: Path):

@@ -175,6 +175,20 @@ def test_seeds_still_coming_in_stand_apart_and_beside_the_others_by_how_they_tra
     assert "to a process" not in report_table1.table1_section(single, random)
 
 
+def test_the_study_time_counts_a_batched_process_once_and_halves_it_for_two_at_a_time():
+    """Hand-made: seed 1 is two runs one to a process, 7,200 s and 3,600 s (3 h of process time, 1.5 h at two at a
+    time); seed 2 is two runs of one process of 2, each carrying the process's 3,600 s (1 process, 1 h, 0.5 h)."""
+    amd, xeon = "AMD EPYC, 2 CPUs, Python 3.11", "Intel(R) Xeon(R) Processor, 2 CPUs, Python 3.11"
+    runs = pd.DataFrame({"seed": [1, 1, 2, 2], "seconds": [7200.0, 3600.0, 3600.0, 3600.0], "agents": [1, 1, 2, 2],
+                         "machine": [amd, xeon, amd, amd]})  # fmt: skip
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in report_table1.study_time(runs).splitlines()
+            if line.startswith("| ") and not line.startswith("| seeds") and "---" not in line}  # fmt: skip
+    assert rows["1"] == ["2", "2", "3.0 h", "1.5 h", "AMD EPYC (1), Intel(R) Xeon(R) Processor (1) |"]
+    assert rows["2"] == ["2", "1", "1.0 h", "0.5 h", "AMD EPYC (2) |"]
+    assert rows["all"][:4] == ["4", "3", "4.0 h", "2.0 h"]
+    assert report_table1.study_time(runs.drop(columns="seconds")) == ""
+
+
 def test_the_signed_rank_test_is_exact_for_a_few_differences():
     """Wilcoxon's signed-rank test counted by hand: five differences all positive; of the 2^5 sign patterns one has every
     sign positive and one every sign negative, so the two-sided p is 2/32. One difference: no test."""
