@@ -90,7 +90,8 @@ def table1_seeds(runs: pd.DataFrame):
 
 
 def seed_list(seeds):
-    return ", ".join(str(seed) for seed in sorted(seeds))
+    """"seed 4" or "seeds 1, 2, 3"."""
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(seed) for seed in sorted(seeds))
 
 
 def how_trained(runs: pd.DataFrame):
@@ -103,7 +104,7 @@ def how_trained(runs: pd.DataFrame):
         how = {0: "not recorded", 1: "one run per process (ppo_continuous_action.py)"}.get(
             agents, f"{agents} runs per process (ppo_continuous_action_seeds.py: benchmark/run.py --batch-seeds)"
         )
-        parts.append(f"seeds {seed_list(group['seed'].unique())}: {how}")
+        parts.append(f"{seed_list(group['seed'].unique())}: {how}")
     return " How they trained: " + "; ".join(parts) + "."
 
 
@@ -125,9 +126,9 @@ def by_process(runs: pd.DataFrame, random: pd.DataFrame, reference: pd.DataFrame
         return ""
     difference = (batched[cells] - single[cells]).rename("difference").reset_index()
     lines = [
-        f"Runs trained many to a process (seeds {seed_list(many['seed'].unique())}, "
-        f"{seed_list(many['agents'].astype(int).unique())} runs a process) beside runs trained one to a process (seeds "
-        f"{seed_list(one['seed'].unique())}), on the {len(cells)} (task, setting) cells that have both: a cell's "
+        f"Runs trained many to a process ({seed_list(many['seed'].unique())}, "
+        f"{', '.join(map(str, sorted(many['agents'].astype(int).unique())))} runs a process) beside runs trained one to "
+        f"a process ({seed_list(one['seed'].unique())}), on the {len(cells)} (task, setting) cells that have both: a cell's "
         "difference is the mean normalized score of its runs trained many to a process minus that of its others, each "
         "run scaled as in the table above; the interval resamples cells.\n",
         "| setting | cells | one to a process | many to a process | difference [95% interval] |",
@@ -242,8 +243,9 @@ def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
         "among those run so far"
     )
     later = (
-        f" Seeds {seed_list(coming['seed'].unique())} are coming in ({len(coming)} of "
-        f"{coming['seed'].nunique() * len(tasks) * len(PAPER_TABLE1)} runs): they join the table once all their runs "
+        f" {seed_list(coming['seed'].unique()).capitalize()} {'is' if coming['seed'].nunique() == 1 else 'are'} coming in "
+        f"({len(coming)} of "
+        f"{coming['seed'].nunique() * len(tasks) * len(PAPER_TABLE1)} runs): these runs join the table once all of them "
         "are in, and stand beside the others at the end of this section until then."
         if len(coming)
         else ""
@@ -253,7 +255,7 @@ def table1_section(runs: pd.DataFrame, random: pd.DataFrame):
         "random policy (100 episodes of uniform random actions, data/random.csv) scores 0 and the best setting's mean "
         "over its seeds scores 1, as in the paper; a setting's figure is the mean over its runs, with a 95% bootstrap "
         f"interval resampling seeds within tasks. {len(table)} of {total} runs are in{caveat if len(table) < total else ''}"
-        f" (seeds {seed_list(table['seed'].unique())}).{how_trained(table)}{later}\n",
+        f" ({seed_list(table['seed'].unique())}).{how_trained(table)}{later}\n",
         "| setting | runs | ours: avg. normalized score [95% interval] | paper |",
         "| --- | ---: | ---: | ---: |",
     ]

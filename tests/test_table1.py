@@ -160,7 +160,7 @@ def test_seeds_still_coming_in_stand_apart_and_beside_the_others_by_how_they_tra
     table, later = report_table1.table1_seeds(runs)
     assert sorted(table["seed"].unique()) == [1, 2] and len(later) == 3
     text = report_table1.table1_section(runs, random)
-    assert runs_in(text) == (22, 33, 3) and "Seeds 3 are coming in (3 of 11 runs)" in text
+    assert runs_in(text) == (22, 33, 3) and "Seed 3 is coming in (3 of 11 runs)" in text
     count, full, (mean, *_), _ = table1_rows(text)["clip-0.2"]
     assert (count, full) == (2, 3) and mean == pytest.approx(1.0)  # (10/11 + 12/11) / 2, seed 3 left out
     beside = {line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines() if " | " in line}
