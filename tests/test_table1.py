@@ -208,9 +208,10 @@ def test_a_table1_report_opens_with_the_paper_table_and_drops_the_reference_iqm(
     data = tmp_path / "table1" / "data"
     data.mkdir(parents=True)
     tasks = ["Hopper-v5", "InvertedDoublePendulum-v5"]
-    for name in ("runs.csv", "episodes.csv.gz", "stats.csv.gz", "random.csv"):
-        table = pd.read_csv(committed / name)
-        table[table["env_id"].isin(tasks)].to_csv(data / name, index=False)
+    for name in ("runs.csv", "episodes.csv.gz", "stats.csv.gz", "random.csv"):  # seeds 1-3 (later seeds come in over
+        table = pd.read_csv(committed / name)  # several sittings)
+        keep = table["env_id"].isin(tasks) & ((table["seed"] <= 3) if "seed" in table else True)
+        table[keep].to_csv(data / name, index=False)
     report.main([str(tmp_path / "table1")])
     text = (tmp_path / "table1" / "README.md").read_text()
     sections = [line for line in text.splitlines() if line.startswith("## ")]
