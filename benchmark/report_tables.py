@@ -46,12 +46,14 @@ def by_seed(values: pd.Series, seeds: pd.Series):
 
 
 def runs_table(runs: pd.DataFrame):
-    """Per env and variant: the seeds, the wall time of each run, and the commits and machines that ran them."""
+    """Per env and variant: the seeds, the wall time of each run (of its whole process where that trained several runs,
+    runs.csv's agents), and the commits and machines that ran them."""
     lines = ["| env | variant | seeds | wall time per run | commit | machine |", "| --- | --- | --- | --- | --- | --- |"]
-    runs = runs.reindex(columns=KEYS + ["seconds", "commit", "machine"])
+    runs = runs.reindex(columns=KEYS + ["seconds", "commit", "machine", "agents"])
     for (env_id, variant), group in runs.groupby(["env_id", "variant"], sort=True):
         group = group.sort_values("seed")
-        wall = ", ".join("-" if pd.isna(t) else f"{t / 60:.0f} min" for t in group["seconds"])
+        shared = [f" (a process of {n:.0f} runs)" if n > 1 else "" for n in group["agents"].fillna(1)]
+        wall = ", ".join("-" if pd.isna(t) else f"{t / 60:.0f} min{note}" for t, note in zip(group["seconds"], shared))
         commits, machines = (
             by_seed(group[c].fillna("not recorded").astype(str), group["seed"]) for c in ("commit", "machine")
         )

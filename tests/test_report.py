@@ -657,6 +657,9 @@ def test_runs_table_names_the_seeds_of_each_commit_and_machine():
     row = report_tables.runs_table(runs).splitlines()[2]
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[2:] == ["1, 2, 3", "-, 9 min, 7 min", "abc (seed 3); not recorded (seeds 1, 2)", "M"]
+    batched = runs.assign(agents=[1, 11, 1])  # seed 3's 420 s were its process's, which trained 11 runs
+    cells = [cell.strip() for cell in report_tables.runs_table(batched).splitlines()[2].strip("|").split("|")]
+    assert cells[3] == "-, 9 min, 7 min (a process of 11 runs)"
 
 
 @needs("rliable")
