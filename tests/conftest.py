@@ -10,8 +10,10 @@ Random numbers are drawn on the CPU from seeded generators and then moved, so th
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from dataclasses import asdict
 from types import SimpleNamespace
@@ -107,6 +109,28 @@ def run_script(name, *flags, cwd, timeout=600, env=None):
         text=True,
         timeout=timeout,
     )
+
+
+def run_script_until(name, *flags, cwd, enough, timeout=600):
+    """run_script, stopped with SIGTERM (the script saves, says how to resume and exits 0) at the first progress line
+    whose mean return of the last 20 episodes is `enough` or more. For a learning test whose criterion is any
+    20-episode window: that line's episodes are such a window in the event file, so a run that passes stops there
+    instead of finishing its budget, and one that never gets there trains it all."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    with open(Path(cwd) / "stderr.txt", "w+") as err:
+        proc = subprocess.Popen([sys.executable, str(ROOT / f"{name}.py"), *flags], cwd=cwd, env=full_env, text=True,
+                                stdout=subprocess.PIPE, stderr=err)  # fmt: skip
+        lines, deadline = [], time.time() + timeout
+        for line in proc.stdout:
+            lines.append(line)
+            mean = re.search(r"mean return \(last 20\) (-?[\d.]+)", line)
+            if (mean and float(mean.group(1)) >= enough) or time.time() > deadline:
+                proc.send_signal(signal.SIGTERM)
+                break
+        lines += proc.stdout.readlines()
+        proc.wait(timeout=120)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), err.read())
 
 
 def pythonpath_first(folder):
