@@ -13,7 +13,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from dataclasses import asdict
 from types import SimpleNamespace
@@ -120,16 +120,26 @@ def run_script_until(name, *flags, cwd, enough, timeout=600):
     with open(Path(cwd) / "stderr.txt", "w+") as err:
         proc = subprocess.Popen([sys.executable, str(ROOT / f"{name}.py"), *flags], cwd=cwd, env=full_env, text=True,
                                 stdout=subprocess.PIPE, stderr=err)  # fmt: skip
-        lines, deadline = [], time.time() + timeout
+        lines, timed_out = [], []
+
+        def kill():  # as run_script's timeout: a run that hangs without a line ends too
+            timed_out.append(True)
+            proc.kill()
+
+        watchdog = threading.Timer(timeout, kill)
+        watchdog.start()
         for line in proc.stdout:
             lines.append(line)
             mean = re.search(r"mean return \(last 20\) (-?[\d.]+)", line)
-            if (mean and float(mean.group(1)) >= enough) or time.time() > deadline:
+            if mean and float(mean.group(1)) >= enough:
                 proc.send_signal(signal.SIGTERM)
                 break
         lines += proc.stdout.readlines()
-        proc.wait(timeout=120)
+        proc.wait()
+        watchdog.cancel()
         err.seek(0)
+        if timed_out:
+            raise subprocess.TimeoutExpired(proc.args, timeout, "".join(lines), err.read())
         return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), err.read())
 
 
