@@ -98,13 +98,18 @@ def cont():
     return load_script("ppo_continuous_action")
 
 
+def script_env(extra=None):
+    """The environment a script runs in here: one torch thread, so that runs do not fight over the two cores; wandb
+    offline."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", **(extra or {})}
+
+
 def run_script(name, *flags, cwd, timeout=600, env=None):
-    """Runs a script as a user would, in `cwd`, with one torch thread so that runs do not fight over the two cores."""
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", **(env or {})}
+    """Runs a script as a user would, in `cwd`, in script_env."""
     return subprocess.run(
         [sys.executable, str(ROOT / f"{name}.py"), *flags],
         cwd=cwd,
-        env=full_env,
+        env=script_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -116,10 +121,9 @@ def run_script_until(name, *flags, cwd, enough, timeout=600):
     whose mean return of the last 20 episodes is `enough` or more. For a learning test whose criterion is any
     20-episode window: that line's episodes are such a window in the event file, so a run that passes stops there
     instead of finishing its budget, and one that never gets there trains it all."""
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
     with open(Path(cwd) / "stderr.txt", "w+") as err:
-        proc = subprocess.Popen([sys.executable, str(ROOT / f"{name}.py"), *flags], cwd=cwd, env=full_env, text=True,
-                                stdout=subprocess.PIPE, stderr=err)  # fmt: skip
+        proc = subprocess.Popen([sys.executable, str(ROOT / f"{name}.py"), *flags], cwd=cwd, text=True,
+                                env=script_env({"PYTHONUNBUFFERED": "1"}), stdout=subprocess.PIPE, stderr=err)  # fmt: skip
         lines, timed_out = [], []
 
         def kill():  # as run_script's timeout: a run that hangs without a line ends too
