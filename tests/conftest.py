@@ -8,12 +8,16 @@ nothing moves it); rollout_batch's run trains where Args.cuda puts it (a GPU whe
 Random numbers are drawn on the CPU from seeded generators and then moved, so that they are the same on every device."""
 
 import importlib.util
+import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 from dataclasses import asdict
 from types import SimpleNamespace
@@ -104,16 +108,71 @@ def script_env(extra=None):
     return {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", **(extra or {})}
 
 
+class ForkServer:
+    """tests/forkserver.py, started on the first run_script of this pytest process: runs a script in a forked copy of
+    a Python that has imported torch and the rest once. It takes a run only when the run's environment is the one it
+    was started in but for PYTHONPATH and pytest's name of the test (PPO_TESTS_FORK=0: never)."""
+
+    process = None
+    lock = threading.Lock()
+
+    @classmethod
+    def takes(cls, env):
+        if os.environ.get("PPO_TESTS_FORK") == "0" or (cls.process is not None and cls.process.poll() is not None):
+            return False
+        if cls.process is None:
+            cls.env = script_env()
+            cls.process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "forkserver.py")], env=cls.env,
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)  # fmt: skip
+            cls.pending = b""
+        without_path = lambda e: {k: v for k, v in e.items() if k not in ("PYTHONPATH", "PYTEST_CURRENT_TEST")}  # noqa: E731
+        return without_path(env) == without_path(cls.env)
+
+    @classmethod
+    def answer(cls, timeout):
+        """The server's next line, read from its pipe unbuffered (so that select sees every byte not yet read)."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in cls.pending:
+            ready, _, _ = select.select([cls.process.stdout], [], [], max(0, deadline - time.monotonic()))
+            chunk = os.read(cls.process.stdout.fileno(), 4096) if ready else None
+            if chunk is None:
+                raise TimeoutError
+            if not chunk:
+                raise RuntimeError(f"tests/forkserver.py exited {cls.process.wait()}")
+            cls.pending += chunk
+        line, cls.pending = cls.pending.split(b"\n", 1)
+        return line.decode()
+
+    @classmethod
+    def run(cls, args, cwd, env, timeout):
+        with tempfile.TemporaryDirectory() as folder:
+            out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+            request = {"script": args[1], "argv": args[2:], "cwd": str(cwd), "env": env, "stdout": out, "stderr": err}
+            cls.process.stdin.write(json.dumps(request).encode() + b"\n")
+            pid = int(cls.answer(timeout=60))
+            try:
+                returncode = int(cls.answer(timeout))
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                cls.answer(timeout=60)
+                returncode = None
+            stdout, stderr = Path(out).read_text(), Path(err).read_text()
+        if returncode is None:
+            raise subprocess.TimeoutExpired(args, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(args, returncode, stdout, stderr)
+
+
 def run_script(name, *flags, cwd, timeout=600, env=None):
-    """Runs a script as a user would, in `cwd`, in script_env."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / f"{name}.py"), *flags],
-        cwd=cwd,
-        env=script_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Runs a script as a user would, in `cwd`, in script_env: through the fork server where it takes the run (the
+    same process a fresh `python` makes, less its start), else in a new Python."""
+    args, env = [sys.executable, str(ROOT / f"{name}.py"), *flags], script_env(env)
+    if ForkServer.lock.acquire(blocking=False):
+        try:
+            if ForkServer.takes(env):
+                return ForkServer.run(args, cwd, env, timeout)
+        finally:
+            ForkServer.lock.release()
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def run_script_until(name, *flags, cwd, enough, timeout=600):
