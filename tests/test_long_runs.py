@@ -20,11 +20,12 @@ from ppo_utils.env_statistics import env_statistics
 from ppo_utils.flag_checks import check_args
 
 cont = load_script("ppo_continuous_action")
-# 80 updates of 256 steps on Pendulum: a couple of seconds each, with a checkpoint every 5
-FLAGS = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--total-timesteps", "20480", "--num-minibatches", "4",
+# 40 updates of 256 steps on Pendulum (under a second each), with a checkpoint every 5
+UPDATES = 40
+FLAGS = ["--env-id", "Pendulum-v1", "--num-steps", "256", "--total-timesteps", str(256 * UPDATES), "--num-minibatches", "4",
          "--update-epochs", "2", "--checkpoint-interval", "5"]  # fmt: skip
 # the same for the recurrent script: one env, whose 256-step sequence is the one minibatch
-RNN_FLAGS = ["--env-id", "Pendulum-v1", "--num-envs", "1", "--num-steps", "256", "--total-timesteps", "20480",
+RNN_FLAGS = ["--env-id", "Pendulum-v1", "--num-envs", "1", "--num-steps", "256", "--total-timesteps", str(256 * UPDATES),
              "--num-minibatches", "1", "--update-epochs", "2", "--checkpoint-interval", "5"]  # fmt: skip
 
 
@@ -47,9 +48,9 @@ def wait_for_checkpoint(cwd, proc, min_iteration):
 
 def check_logs_are_one_continuous_run(run_dir):
     sps_steps = [step for step, _ in read_scalars(run_dir, "charts/SPS")]
-    assert sps_steps == [256 * k for k in range(1, 81)]  # every update once: nothing missing, nothing twice
+    assert sps_steps == [256 * k for k in range(1, UPDATES + 1)]  # every update once: nothing missing, nothing twice
     lrs = [value for _, value in read_scalars(run_dir, "charts/learning_rate")]
-    np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 80) for k in range(80)], rtol=1e-5)  # G6 goes on where it was
+    np.testing.assert_allclose(lrs, [3e-4 * (1 - k / UPDATES) for k in range(UPDATES)], rtol=1e-5)  # G6 goes on where it was
 
 
 @pytest.mark.slow
@@ -70,7 +71,7 @@ def test_interrupt_then_resume_continues_the_same_run(tmp_path, name, flags, kil
         assert proc.returncode == 0, err
         assert f"--resume {os.path.relpath(path, tmp_path)}" in out
     interrupted = torch.load(path, weights_only=True)
-    assert 10 <= interrupted["iteration"] < 80
+    assert 10 <= interrupted["iteration"] < UPDATES
     assert interrupted["global_step"] == 256 * interrupted["iteration"]
 
     resumed = start(["--resume", path], tmp_path, name)
@@ -80,7 +81,7 @@ def test_interrupt_then_resume_continues_the_same_run(tmp_path, name, flags, kil
     assert len(glob.glob(str(tmp_path / "runs" / "*"))) == 1  # the same run folder
     check_logs_are_one_continuous_run(os.path.dirname(path))
     final = torch.load(path, weights_only=True)
-    assert final["iteration"] == 80 and final["global_step"] == 20480
+    assert final["iteration"] == UPDATES and final["global_step"] == 256 * UPDATES
 
 
 @pytest.mark.slow

@@ -291,11 +291,11 @@ def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
     command then continues it to its end, and that is done (its checkpoint is still the stop's: no periodic ones)."""
     out = tmp_path / "x"
     args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
-    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "32768", "--out", str(out), "--workers", "1"]
+    args += ["--env-ids", "InvertedPendulum-v5", "--total-timesteps", "16384", "--out", str(out), "--workers", "1"]
     runner_process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     folder = out / "InvertedPendulum-v5" / "default" / "seed1"
     deadline = time.time() + 300
-    while "/32768  SPS" not in ((folder / "output.log").read_text() if (folder / "output.log").exists() else ""):
+    while "/16384  SPS" not in ((folder / "output.log").read_text() if (folder / "output.log").exists() else ""):
         assert time.time() < deadline
         time.sleep(0.2)
     tasks = Path(f"/proc/{runner_process.pid}/task").glob("*/children")  # the runner's worker thread started it
@@ -308,7 +308,7 @@ def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
 
     again = runner(*args[2:])
     assert again.returncode == 0 and "seed 1: done" in again.stdout, again.stdout + again.stderr
-    assert "step 32768/32768" in (folder / "output.log").read_text() and (folder / "done.json").exists()
+    assert "step 16384/16384" in (folder / "output.log").read_text() and (folder / "done.json").exists()
 
 
 @pytest.mark.slow
