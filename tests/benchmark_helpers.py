@@ -1,8 +1,13 @@
 """What the benchmark tests share (tests/test_runner.py, test_report.py): the runner on a tiny matrix and the report
 built from a folder, each run as a user runs it. A helper module, not a test module: no test module imports another."""
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+from filelock import FileLock
 
 from conftest import ROOT
 
@@ -18,12 +23,22 @@ def runner(*args, cwd=ROOT):
 
 def tiny_matrix(tmp_path_factory):
     """Two 2k-step runs on two workers, then the same command again: (out folder, first run, second run, the mtime of
-    each done.json after the first)."""
-    out = tmp_path_factory.mktemp("bench") / "tiny"
-    first = runner(*TINY, "--workers", "2", "--out", str(out))
-    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*/done.json")}
-    second = runner(*TINY, "--workers", "2", "--out", str(out))
-    return out, first, second, stamps
+    each done.json after the first). Made once a session: under pytest-xdist each worker would otherwise make its own
+    for each module that asks (three to four times, 15-28 s each), so the first to ask makes it in the session's common
+    temporary folder under a lock, and the others read what it recorded. The tests only read the folder."""
+    own = tmp_path_factory.getbasetemp()
+    common = own.parent if os.environ.get("PYTEST_XDIST_WORKER") else own  # pytest-N/ above popen-gwK/ under xdist
+    out, record = common / "tiny", common / "tiny.json"
+    with FileLock(str(common / "tiny.lock")):
+        if not record.exists():
+            first = runner(*TINY, "--workers", "2", "--out", str(out))
+            stamps = {str(p): p.stat().st_mtime_ns for p in out.glob("*/*/*/done.json")}
+            second = runner(*TINY, "--workers", "2", "--out", str(out))
+            runs = [{key: getattr(r, key) for key in ("args", "returncode", "stdout", "stderr")} for r in (first, second)]
+            record.write_text(json.dumps({"runs": runs, "stamps": stamps}))
+    recorded = json.loads(record.read_text())
+    first, second = (subprocess.CompletedProcess(**r) for r in recorded["runs"])
+    return out, first, second, {Path(p): t for p, t in recorded["stamps"].items()}
 
 
 def report_of(folder, output, *flags):
