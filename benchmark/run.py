@@ -300,15 +300,22 @@ def batches(runs):
     return found + others
 
 
+def folder_name(name):
+    """Whether `name` (an env id, a variant's or a peer's name) can name one folder of <out>/<env id>/<variant>/seed<k>/:
+    not empty, ".", "..", or holding a "/", each of which would put runs elsewhere, outside --out or in another's."""
+    return bool(name) and name not in (".", "..") and "/" not in name and name.isprintable()
+
+
 def build_matrix(options):
-    """The runs of the preset, with the command line's choices taking precedence."""
+    """The runs of the preset, with the command line's choices taking precedence; exits in one line, before anything
+    is written, where a name would not name a folder of its own in --out (folder_name)."""
     preset = PRESETS[options.preset] if options.preset else Preset(None, {}, [1])
     script, envs, seeds, peers = preset.script, preset.envs, preset.seeds, {}
     given = dict(spec.partition("=")[::2] for spec in options.peer or [])
     for spec in options.peer or []:
         name, sep, words = spec.partition("=")
         path, *flags = shlex.split(words) or [""]
-        if not sep or not name or "/" in name or not Path(path).is_file():
+        if not sep or not folder_name(name) or not Path(path).is_file():
             raise SystemExit(f"error: --peer {spec}: write NAME=SCRIPT naming an existing script, e.g. --peer cleanrl=PATH")
         peers[name] = (str(Path(path).resolve()), flags)
     for name, (variable, file) in preset.peers.items():
@@ -331,6 +338,12 @@ def build_matrix(options):
         )
     if options.env_ids:
         envs = {env_id: envs.get(env_id, (None, "")) for env_id in options.env_ids}
+    for env_id in envs:
+        if not folder_name(env_id):
+            raise SystemExit(
+                f"error: --env-ids {env_id}: an env id names its runs' folder, <out>/<env id>/; pass one without / that "
+                "is not . or .."
+            )
     if not envs:
         raise SystemExit("error: no env ids; pass --env-ids")
     seeds = options.seeds or seeds
@@ -338,8 +351,11 @@ def build_matrix(options):
         variants = {}
         for spec in options.variant:
             name, sep, flags = spec.partition("=")
-            if not sep or not name or "/" in name:
-                raise SystemExit(f"error: --variant {spec}: write NAME=FLAGS, e.g. --variant no-gae=--no-gae")
+            if not sep or not folder_name(name):
+                raise SystemExit(
+                    f"error: --variant {spec}: write NAME=FLAGS, NAME a folder's name (no /, not . or ..), e.g. "
+                    "--variant no-gae=--no-gae"
+                )
             variants[name] = flags
     elif options.preset == "ablation":
         variants = ablations(script)

@@ -453,3 +453,23 @@ def test_an_out_that_is_a_file_and_batch_seeds_with_slurm_are_one_line_before_an
         result = runner("--preset", "mujoco", *args, cwd=tmp_path)
         assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(line), result.stderr[-2000:]
         assert sorted(os.listdir(tmp_path)) == ["afile"]  # no job script, no runs folder
+
+
+def tree(folder):
+    """Every path under `folder` with its file's bytes (None for a folder): what the file system holds there."""
+    return {str(p.relative_to(folder)): None if p.is_dir() else p.read_bytes() for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("names", [["--env-ids", "../../victim"], ["--env-ids", "."], ["--variant", "..=--no-gae"]])
+def test_a_name_that_leads_outside_out_is_one_line_before_anything_is_touched(tmp_path, names):
+    """The issue's case: an env id ../../victim would put its run in victim/default/seed1/, two folders above --out
+    bw/out. The runner refuses it (and "." and a variant "..", which would put runs where other runs' folders are)
+    naming the flag, before it makes or empties any folder: victim's runs/ keeps its run, nothing else is written."""
+    (tmp_path / "victim" / "default" / "seed1" / "runs" / "x").mkdir(parents=True)
+    (tmp_path / "victim" / "default" / "seed1" / "runs" / "x" / "agent.pt").write_bytes(b"someone's run")
+    before = tree(tmp_path)
+    args = [*TINY, *names, "--seeds", "1", "--total-timesteps", "128", "--out", "bw/out", "--workers", "1"]
+    result = runner(*args, cwd=tmp_path)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: {names[0]} {names[1]}: ") and "Traceback" not in result.stderr
+    assert tree(tmp_path) == before
