@@ -22,7 +22,6 @@ whose data are already there are skipped too, so that a matrix can be finished o
 """
 
 import argparse
-import csv
 import json
 import os
 import shlex
@@ -30,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
 
-from versus import machine  # beside this file
+from report_data import read_csv  # beside this file
+from versus import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -398,12 +399,27 @@ def commit(root=ROOT):
 
 
 def committed_runs(results: Path):
-    """The (env id, variant, seed) of the runs whose data a report folder holds (benchmark/report.py writes them)."""
+    """The (env id, variant, seed) of the runs whose data a report folder holds (benchmark/report.py writes them); exits
+    in one line where its runs.csv is cut or damaged (report_data.read_csv)."""
     table = results / "data" / "runs.csv"
     if not table.exists():
         return set()
-    with open(table) as f:
-        return {(row["env_id"], row["variant"], int(row["seed"])) for row in csv.DictReader(f)}
+    fix = f"restore it (git checkout), or pass --results a report folder whose data are whole (not {results})"
+    rows = read_csv(table, fix)
+    if not {"env_id", "variant", "seed"} <= set(rows):
+        raise SystemExit(f"error: {table}: not the runs.csv benchmark/report.py writes (no env_id, variant, seed); {fix}")
+    return set(zip(rows["env_id"], rows["variant"], rows["seed"].astype(int)))
+
+
+def writable(out: Path):
+    """Why no file can be made in `out`, or in the nearest folder above it (the runner makes those missing): the
+    file system's reason (read-only, another user's), tried by making one; None where it can."""
+    nearest = next(path for path in [out, *out.parents] if path.is_dir())
+    try:
+        with tempfile.TemporaryFile(dir=nearest):
+            return None
+    except OSError as error:
+        return f"cannot write in {nearest} ({error.strerror})"
 
 
 def checkpoint_of(folder: Path):
@@ -558,6 +574,9 @@ def main(argv=None):
     out = Path(options.out).resolve()
     if out.exists() and not out.is_dir():
         parser.error(f"--out {options.out} is a file; pass a folder (the runs go in <out>/<env id>/<variant>/seed<k>/)")
+    unwritable = None if options.print_commands or options.slurm else writable(out)  # those two write no run
+    if unwritable:
+        parser.error(f"--out {options.out}: {unwritable}; pass --out a folder you can write to")
     matrix = build_matrix(options)
     recorded = committed_runs(Path(options.results or ROOT / "benchmark" / "results" / name))
     runs = [run for run in matrix if (run.env_id, run.variant, run.seed) not in recorded]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from filelock import FileLock
 
 from conftest import ROOT
@@ -54,3 +55,21 @@ def report_of(folder, output, *flags):
 
 def score_row(text):
     return next(line for line in text.splitlines() if line.startswith("| InvertedPendulum-v5 | default |"))
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder no write gets into: chmod 555 where the tests run as a user; as root (which chmod does not stop) a
+    tmpfs mounted read-only, skipped where mounting is not allowed."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"as root a read-only folder needs mount -t tmpfs (not allowed here: {mounted.stderr!r})")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from benchmark_helpers import report_of, score_row, tiny_matrix
+from benchmark_helpers import read_only_folder, report_of, score_row, tiny_matrix  # noqa: F401 (a fixture)
 from conftest import ROOT, needs
 
 import report  # benchmark/report.py and its parts (pyproject.toml puts benchmark/ on pytest's path)
@@ -453,24 +453,6 @@ def test_report_refuses_an_env_id_that_would_name_a_file_outside_in_one_line(tmp
         )
     ]
     assert sorted(os.listdir(tmp_path)) == ["results"] and not (results / "README.md").exists()
-
-
-@pytest.fixture
-def read_only_folder(tmp_path):
-    """A folder no write gets into: chmod 555 where the tests run as a user; as root (which chmod does not stop) a
-    tmpfs mounted read-only, skipped where mounting is not allowed."""
-    folder = tmp_path / "read-only"
-    folder.mkdir()
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        yield folder
-        folder.chmod(0o755)
-        return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"as root a read-only folder needs mount -t tmpfs (not allowed here: {mounted.stderr!r})")
-    yield folder
-    subprocess.run(["umount", str(folder)], check=True)
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import tyro
-from benchmark_helpers import TINY, report_of, runner, tiny_matrix
+from benchmark_helpers import TINY, read_only_folder, report_of, runner, tiny_matrix  # noqa: F401 (a fixture)
 from conftest import ROOT, SCRIPTS, contract_flags, load_script
 from ppo_utils.flag_checks import check_flags
 
@@ -473,3 +473,31 @@ def test_a_name_that_leads_outside_out_is_one_line_before_anything_is_touched(tm
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stdout + result.stderr
     assert result.stderr.startswith(f"error: {names[0]} {names[1]}: ") and "Traceback" not in result.stderr
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("inside", ["", "x"], ids=["the-folder", "a-new-folder-in-it"])
+def test_an_out_it_cannot_write_is_one_line(read_only_folder, inside):
+    result = runner(*TINY, "--out", str(read_only_folder / inside), "--workers", "1")
+    why = "Permission denied" if os.geteuid() != 0 else "Read-only file system"
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"run.py: error: --out {read_only_folder / inside}: cannot write in {read_only_folder} ({why}); pass --out a "
+        "folder you can write to"
+    ), result.stderr
+    assert "Traceback" not in result.stderr and os.listdir(read_only_folder) == []
+
+
+@pytest.mark.parametrize(
+    "table,line",
+    [("env_id,variant,seed\nInvertedPendulum-v5,default,1\nInvertedPendulum-v5,defa", 3),
+     ("env_id,variant,seed\nInvertedPendulum-v5,default,one\n", 2)],
+    ids=["cut", "seed-one"],
+)  # fmt: skip
+def test_a_results_folder_whose_runs_csv_is_damaged_is_one_line(tmp_path, table, line):
+    """--results names the runs not to run again in its data/runs.csv: one cut mid-line, or with a seed that is no
+    integer, is refused in one line naming the file and the line; no run starts, no folder is made."""
+    (tmp_path / "results" / "data").mkdir(parents=True)
+    (tmp_path / "results" / "data" / "runs.csv").write_text(table)
+    result = runner(*TINY, "--out", str(tmp_path / "x"), "--results", str(tmp_path / "results"), "--workers", "1")
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"error: {tmp_path / 'results' / 'data' / 'runs.csv'}: line {line} ")
+    assert "--results" in result.stderr and not (tmp_path / "x").exists()
