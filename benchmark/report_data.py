@@ -82,6 +82,18 @@ def link_outside(root: Path, folder: Path, files):
     return None
 
 
+def runners_record(done):
+    """Whether a done.json's content is what benchmark/run.py writes: a record whose command, commit, machine and peer
+    are text, whose seconds a number and whose seeds_in_process a count, where it has them."""
+    if not isinstance(done, dict):
+        return False
+    texts = all(isinstance(done.get(field), (str, type(None))) for field in ("command", "commit", "machine", "peer"))
+    seconds, agents = done.get("seconds"), done.get("seeds_in_process", 1)
+    number = seconds is None or (isinstance(seconds, (int, float)) and not isinstance(seconds, bool))
+    count = isinstance(agents, int) and not isinstance(agents, bool) and agents >= 1
+    return texts and number and count
+
+
 def read_runs_folder(root: Path, left_out=None):
     """(episodes, runs, stats) tables of the finished runs (those with done.json) of a folder written by benchmark/run.py:
     the episodes and the updates' statistics from its TensorBoard logs; per run the last logged SPS and, from done.json,
@@ -96,6 +108,9 @@ def read_runs_folder(root: Path, left_out=None):
             left_out.append(f"{folder.parts[-3]} {folder.parts[-2]} seed {folder.name[len('seed') :]}: {why}")
 
     for folder in sorted(root.glob("*/*/seed*")):
+        if not folder.name[len("seed") :].isdigit():  # seedX, seed1-copy: its seed would be guessed
+            skip(folder, "not a run folder of benchmark/run.py (seed<k>, k a whole number)", "; rename or move it")
+            continue
         link = link_outside(root, folder, [folder / "done.json", *folder.glob("runs/*/events.out.tfevents*")])
         if link is not None:  # a run kept elsewhere is not this folder's, whatever its name says
             skip(folder, f"it links outside {root} ({link} to {os.readlink(link)})", "; copy the run in place of the link")
@@ -104,6 +119,10 @@ def read_runs_folder(root: Path, left_out=None):
             done = json.loads((folder / "done.json").read_text()) if (folder / "done.json").exists() else {}
         except json.JSONDecodeError:  # cut by a kill while it was written
             skip(folder, "its done.json is damaged", "; delete it and run benchmark/run.py again to finish the run")
+            continue
+        if not runners_record(done):  # a list, a command that is no text: edited, or written by something else
+            fix = "; delete it and run benchmark/run.py again, which records a finished run from its files"
+            skip(folder, "its done.json is not a record of benchmark/run.py", fix)
             continue
         if done.get("returncode") != 0:  # still running, stopped, or failed: its last episodes are not its score
             skip(folder, "not finished (no done.json)", "; run benchmark/run.py again to finish it")

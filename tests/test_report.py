@@ -701,3 +701,29 @@ def test_compare_results_puts_two_folders_side_by_side():
     expected = f"{mean:.1f} ± {std:.1f} ({', '.join(f'{v:.0f}' for v in by_seed)})"
     assert expected == "1465.6 ± 68.0 (1475, 1528, 1393)"
     assert next(row for row in rows if row.startswith("| HalfCheetah-v5 |")).count(expected) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "folder,done,why",
+    [
+        ("seed2", [], "its done.json is not a record of benchmark/run.py"),
+        ("seed2", {"command": ["python", "ppo.py"]}, "its done.json is not a record of benchmark/run.py"),
+        ("seed2", {"seeds_in_process": "3"}, "its done.json is not a record of benchmark/run.py"),
+        ("seedX", {}, "not a run folder of benchmark/run.py (seed<k>, k a whole number)"),
+    ],
+    ids=["a-list", "command-not-a-string", "seeds-in-process-a-string", "seedX"],
+)
+def test_report_leaves_out_a_run_whose_done_json_or_folder_name_is_not_the_runners_and_names_it(tmp_path, folder, done, why):
+    """A done.json that is a list, whose command is not a string or whose seeds_in_process is not a count, or a folder
+    seedX beside seed1, is left out and named in one line on stderr, as a damaged done.json is; seed1 is the report."""
+    runs = tmp_path / "runs" / "A" / "default"
+    logged_run(runs / "seed1", [10.0] * 4)
+    logged_run(runs / folder, [50.0] * 4)
+    record = json.loads((runs / folder / "done.json").read_text())
+    (runs / folder / "done.json").write_text(json.dumps(done if isinstance(done, list) else record | done))
+    result = report_cli(tmp_path / "runs", "--output", tmp_path / "results")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[0].startswith(f"skipped {runs / folder}: {why}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert list(pd.read_csv(tmp_path / "results" / "data" / "runs.csv")["seed"]) == [1]
