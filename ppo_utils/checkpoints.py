@@ -21,7 +21,7 @@ import torch
 
 from .distributed import launched_processes, process_rank, processes_per_machine, rank_seed
 from .env_statistics import env_statistics, set_env_statistics
-from .flag_checks import ArgError, check_args, is_folder_name, run_name_part
+from .flag_checks import ArgError, check_args, check_not_empty, is_folder_name, run_name_part
 
 
 class CheckpointError(OSError):
@@ -361,6 +361,7 @@ def resume_flags(args, world_size=None):
     the flags it was started with: another flag given with --resume (refuse_other_flags), or another number of
     processes (X2: the schedules and the step budget count updates of all processes), is refused with an ArgError, as
     are flags and counters in the checkpoint that no run of this script could have written."""
+    check_not_empty(args)  # `--resume ''` is an error, never a new run
     restart = restarted_job_checkpoint(args)  # X2: torchrun restarted the job's workers: its run goes on
     if not args.resume and not restart:
         return args, None

@@ -216,9 +216,40 @@ def run_name_part(env_id):
     return env_id.replace("/", "-").replace(":", "-")
 
 
+# what a string or path flag given an empty value asks for (an empty value is an error, never the flag's default: `--resume
+# ''`, or a --resume whose glob matched nothing, would otherwise start a new run); a flag not named here gets the generic
+# fix, its default
+EMPTY_FIXES = {
+    "resume": "pass the agent.pt to continue (runs/<run>/agent.pt), or leave --resume out to start a new run",
+    "eval_checkpoint": "pass the agent.pt to play (runs/<run>/agent.pt), or leave --eval-checkpoint out to train",
+    "env_id": "pass an env id, e.g. {example}",
+    "wandb_entity": "pass a wandb entity (team), or leave --wandb-entity out for your default entity",
+}
+
+
+def check_not_empty(args) -> None:
+    """ArgError for the first string or path flag of `args` given an empty value: '' (`--resume ''`, a variable that was
+    not set), or no value at all where the flag takes several (`--resume runs/*/agent.pt` whose glob matched nothing,
+    in a shell that then passes none); one of them empty too. A flag whose default is empty (--setting) may be."""
+    for field in fields(args):
+        value, flag = getattr(args, field.name), "--" + field.name.replace("_", "-")
+        many = isinstance(value, tuple)
+        if not (value == "" or (many and "" in value) or (many and not value and field.default != ())):
+            continue
+        example = ENV_KINDS[args.env_kinds[0]].example if getattr(args, "env_kinds", None) else "CartPole-v1"
+        default = " ".join(map(str, field.default)) if isinstance(field.default, tuple) else repr(field.default)
+        fix = EMPTY_FIXES.get(field.name, f"pass a value, or leave {flag} out for its default ({default})")
+        if many and field.name == "resume":
+            fix = "pass the agent.pt of each run to continue, or leave --resume out to start new runs"
+        given = "was given no value (a glob that matched nothing?)" if many and not value else "was given an empty value"
+        raise ArgError(f"{flag} {given}: {fix.format(example=example)}")
+
+
 def check_flags(args) -> None:
     """Checks each numeric flag of `args` against its rule (FLAG_RULES and its Args' flag_rules), the finiteness
-    of every float flag first, and --exp-name, which names a folder; ArgError names the first flag out of its range."""
+    of every float flag first, and --exp-name, which names a folder; ArgError names the first flag out of its range.
+    A string or path flag given an empty value is refused first (check_not_empty)."""
+    check_not_empty(args)
     rules = FLAG_RULES | args.flag_rules
     for field in fields(args):
         value = getattr(args, field.name)

@@ -29,7 +29,7 @@ from .checkpoints import CheckpointError, Checkpoints, Update, check_restorable,
 from .checkpoints import numpy_state_loaded, numpy_state_saved, resume_command, resume_flags, save_checkpoints
 from .checkpoints import script_as_started
 from .env_statistics import env_statistics, set_env_statistics
-from .flag_checks import FLAG_RULES, ArgError, check_flags
+from .flag_checks import FLAG_RULES, ArgError, check_flags, check_not_empty
 from .run import STOPPED, NonFiniteError, Run
 
 
@@ -174,6 +174,7 @@ def resume_agents(args, run_args):
     checkpoint)]); without --resume, (args, None). Each run continues with its own flags, as ppo_continuous_action.py
     --resume does; the runs must share the flags no agent sets for itself (PER_AGENT's apart: their settings may differ)
     and have ended the same update, so that they go on in step."""
+    check_not_empty(args)  # `--resume a.pt ''`, or a --resume given no paths: an error, never a new run
     if not args.resume:
         return args, None
     if args.seeds != type(args)().seeds:

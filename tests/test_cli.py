@@ -155,6 +155,19 @@ BAD_INPUTS = [
     ("ppo_continuous_action_seeds", ["--setting", "a=--norm-adv=False"], "--setting a: --norm-adv=False: a switch takes"),
     ("ppo_continuous_action_seeds", ["--setting", "a=--clip-coef -1"], "--setting a: --clip-coef -1.0: pass"),
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--setting", "a="], "drop --setting"),
+    # a string or path flag given an empty value is an error, not the default (each of these started a new default run:
+    # Hopper-v5 for 1M steps, Knapsack-v1 for 500k); the first, a --resume whose glob matched nothing
+    ("ppo_continuous_action_seeds", ["--resume"],
+     "error: --resume was given no value (a glob that matched nothing?): pass the agent.pt of each run to continue"),
+    ("ppo_continuous_action_seeds", ["--resume", ""], "error: --resume was given an empty value: pass the agent.pt"),
+    ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", ""], "error: --resume was given an empty value"),
+    ("ppo_continuous_action_seeds", ["--eval-checkpoint", ""], "error: --eval-checkpoint was given an empty value: pass"),
+    ("ppo_continuous_action_seeds", ["--seeds"], "error: --seeds was given no value (a glob that matched nothing?): pass "
+     "a value, or leave --seeds out for its default (1)"),
+    ("ppo_continuous_action_seeds", ["--setting", ""], "error: --setting was given an empty value"),
+    ("ppo_masked", ["--resume", ""], "error: --resume was given an empty value: pass the agent.pt to continue"),
+    ("ppo_masked", ["--eval-checkpoint", ""], "error: --eval-checkpoint was given an empty value: pass the agent.pt"),
+    ("ppo_masked", ["--env-id", ""], "error: --env-id was given an empty value: pass an env id, e.g. Knapsack-v1"),
     ("ppo", ["--env-id", "Pendulum-v1"], "use ppo_continuous_action.py"),
     ("ppo", ["--env-id", "BreakoutNoFrameskip-v4"], "use ppo_atari.py"),
     ("ppo", ["--env-id", "Knapsack-v1"], "use ppo_masked.py"),
@@ -198,6 +211,15 @@ OUT_OF_RANGE = [
     ("ppo_rnn_continuous_action", ["--env-id", "Pendulum-v1", "--mask-velocity", "--clip-obs", "-1"], "--clip-obs -1"),
     ("ppo", ["--learning-rate", "-1"], "--learning-rate -1"),
     ("ppo", ["--gae-lambda", "1.5"], "--gae-lambda 1.5"),
+    # an empty string or path: an error, not the flag's default (test_bad_input_gives_one_line_error has the others')
+    *[(name, [flag, ""], f"error: {flag} was given an empty value: {fix}")
+      for name in ("ppo", "ppo_atari", "ppo_continuous_action", "ppo_rnn", "ppo_rnn_continuous_action")
+      for flag, fix in (("--resume", "pass the agent.pt to continue (runs/<run>/agent.pt), or leave --resume out"),
+                        ("--eval-checkpoint", "pass the agent.pt to play (runs/<run>/agent.pt)"),
+                        ("--env-id", "pass an env id, e.g. "),
+                        ("--exp-name", "pass a value, or leave --exp-name out for its default ('"),
+                        ("--wandb-project-name", "pass a value, or leave --wandb-project-name out for its default"),
+                        ("--wandb-entity", "pass a wandb entity (team), or leave --wandb-entity out"))],
     ("ppo_masked", ["--clip-coef", "-0.2"], "--clip-coef -0.2"),
     ("ppo_masked", ["--ent-coef", "-0.01"], "--ent-coef -0.01"),
 ]
