@@ -118,6 +118,15 @@ def main(argv=None):
     if new is None and kept is None and read_data(root / "data") is not None:  # a results folder rebuilt elsewhere
         shutil.copytree(root / "data", data, dirs_exist_ok=True)  # its data go along, so the new report rebuilds alone
         kept = read_data(data)
+    scripts_runs = [
+        path for pattern in ("*/events.out.tfevents*", "runs/*/events.out.tfevents*") for path in root.glob(pattern)
+    ]
+    if new is None and kept is None and scripts_runs:
+        raise SystemExit(  # a script's own runs/ (ppo_continuous_action_seeds.py's, the README's many-seeds command)
+            f"error: {root}: a script's runs/<run>/ folders, which record neither which runs finished nor their budget; "
+            "train them with benchmark/run.py --batch-seeds (its --out keeps each run's record), then run: python "
+            "benchmark/report.py <out>"
+        )
     if new is None and kept is None:
         raise SystemExit(
             f"error: {root}: no runs with TensorBoard logs and no {data / 'runs.csv'}; point it at a folder written by "

@@ -457,7 +457,7 @@ def test_report_refuses_an_env_id_that_would_name_a_file_outside_in_one_line(tmp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("inside", ["", "report"], ids=["the-folder", "a-new-folder-in-it"])
-def test_report_output_it_cannot_write_is_one_line(tmp_path, read_only_folder, inside):
+def test_report_output_it_cannot_write_is_one_line(tmp_path, read_only_folder, inside):  # noqa: F811 (the fixture)
     results = results_data(tmp_path / "results")
     output = read_only_folder / inside
     result = report_cli(results, "--output", output)
@@ -727,3 +727,22 @@ def test_report_leaves_out_a_run_whose_done_json_or_folder_name_is_not_the_runne
     assert result.stderr.splitlines()[0].startswith(f"skipped {runs / folder}: {why}"), result.stderr
     assert len(result.stderr.splitlines()) == 1
     assert list(pd.read_csv(tmp_path / "results" / "data" / "runs.csv")["seed"]) == [1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("given", ["runs", "."], ids=["its-runs-folder", "the-folder-above"])
+def test_report_on_a_scripts_own_runs_folder_says_what_to_run_in_one_line(tmp_path, given):
+    """ppo_continuous_action_seeds.py (the README's many-seeds command) writes runs/<env>__<exp name>-<setting>__<seed>__
+    <time>/, which records neither which runs finished nor their budget: the report refuses it (or the folder holding
+    it) in one line that names benchmark/run.py --batch-seeds and the report of its --out, and writes nothing."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "runs" / "Hopper-v5__ppo_continuous_action_seeds-clip-0.2__1__1700000000"))
+    writer.add_scalar("charts/episodic_return", 5.0, 10)
+    writer.close()
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    result = report_cli(tmp_path / given)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"error: {tmp_path / given}: ") and "benchmark/run.py --batch-seeds" in result.stderr
+    assert "python benchmark/report.py <out>" in result.stderr
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
