@@ -10,6 +10,7 @@ ppo_utils/ beside it (the run's life cycle, checkpoints, flag checks, --compile,
 
 import os
 import random
+import sys
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
@@ -50,11 +51,12 @@ class Args:
     eval_checkpoint: str | None = None  # play this agent.pt instead of training and report its mean episodic return
     eval_episodes: int = 10  # how many episodes --eval-checkpoint plays
 
-    env_id: str = "Knapsack-v1"  # an envpool task or a gymnasium env with discrete actions and an action mask
+    env_id: str = "Knapsack-v1"
+    """an envpool task, or a gymnasium env with an "action_mask" in its dict observations or an action_masks() method (D1)"""
     total_timesteps: int = 500_000  # environment steps of the whole run, summed over the parallel envs
     num_envs: int = 4  # (G10) number of parallel environments
     num_steps: int = 128  # (G10) steps per environment in each rollout (the paper's horizon T)
-    vector_env: Literal["sync", "async", "envpool"] = "envpool"  # (G10) envpool's (C++), or gymnasium's sync or async
+    vector_env: Literal["auto", "sync", "async", "envpool"] = "auto"  # (G10) auto: envpool on its tasks, else gymnasium's sync
 
     surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) the objective of the paper's Table 1
     clip_coef: float = 0.2  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
@@ -87,6 +89,10 @@ class Args:
     eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
     flag_rules: ClassVar[dict] = {}  # the ranges of its flags: ppo_utils.flag_checks.FLAG_RULES
 
+    def __post_init__(self):
+        if self.vector_env == "auto":  # G10: envpool makes its own tasks only, gymnasium's sync vector env every other env
+            self.vector_env = "envpool" if envpool_task(self.env_id) else "sync"
+
     @property
     def batch_size(self) -> int:
         return self.num_envs * self.num_steps
@@ -101,14 +107,93 @@ class Args:
         return self.total_timesteps // (self.batch_size * launched_processes())
 
     def check(self, world_size: int, kind: str):
-        """How this script's flags fit together (ppo_utils.flag_checks.check_args checks what every script's must)."""
-        if self.mask_actions and kind != "masked":
-            raise ArgError(f"--env-id {self.env_id} gives no action mask; add --no-mask-actions, or use ppo.py")
+        """How this script's flags fit together (ppo_utils.flag_checks.check_args checks what every script's must), and
+        what the env gives as actions and mask (check_mask)."""
         if (self.vector_env == "envpool") != envpool_task(self.env_id):
             fix = "--vector-env envpool" if envpool_task(self.env_id) else "--vector-env sync (envpool makes its tasks only)"
             raise ArgError(f"--env-id {self.env_id} with --vector-env {self.vector_env}: add {fix}")
         if self.vector_env == "envpool" and self.capture_video:
             raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
+        if self.mask_actions:
+            self.check_mask(kind)
+
+    def check_mask_key(self):
+        """D1, before check_args, which calls dict observations without an "action_mask" ones no script takes: a mask
+        under another key ("mask", "legal_actions", ...) is ArgError naming the key to use. An env that cannot be made is
+        left to check_args to explain."""
+        if self.vector_env == "envpool" or not self.mask_actions:
+            return
+        try:
+            env = gym.make(self.env_id, disable_env_checker=True)
+        except (Exception, SystemExit):
+            return
+        space = env.observation_space
+        env.close()
+        if isinstance(space, gym.spaces.Dict) and "action_mask" not in space.spaces:
+            named = [key for key in space if any(word in key.lower() for word in ("mask", "legal", "valid", "avail"))]
+            if named:
+                raise ArgError(f"--env-id {self.env_id} gives its dict observations a {named[0]!r} entry; ppo_masked.py "
+                               "reads the action mask under 'action_mask': rename the key")  # fmt: skip
+
+    def check_mask(self, kind: str):
+        """D1, D2: the mask contract (docs/flags.md#your-own-environment). The mask is a dict observation's "action_mask"
+        or, as sb3-contrib's MaskablePPO reads it, the env's action_masks() method (make_envs puts it into the
+        observation); booleans or 0/1 integers, one per choice of each action component (Discrete(n): n), or for a
+        MultiDiscrete's dict entry one joint grid of all their combinations; the choices count from 0. A gymnasium env's
+        space and first observation are checked here (ArgError in one line naming what it gave); a joint grid is taken,
+        with a note that it is enforced per component."""
+        from_method = kind != "masked"  # no "action_mask" entry: sb3-contrib's action_masks() method, or no mask at all
+        if self.vector_env == "envpool":  # envpool's tasks keep the contract: only a joint mask (Tetris') to note
+            envs = EnvpoolTasks(self.env_id, num_envs=1, seed=self.seed)
+            action_space, space = envs.single_action_space, envs.single_observation_space["action_mask"]
+            mask = np.zeros(space.shape, space.dtype)  # its size and type: the values are of no matter here
+            envs.close()
+        else:
+            env = gym.make(self.env_id, disable_env_checker=True)  # gymnasium's checker would warn of the faults named here
+            if from_method and not env.has_wrapper_attr("action_masks"):
+                raise ArgError(
+                    f"--env-id {self.env_id} gives no action mask; give its dict observations an 'action_mask' entry or "
+                    "the env an action_masks() method (sb3-contrib's), or add --no-mask-actions, or use ppo.py"
+                )
+            obs, _ = env.reset(seed=self.seed)
+            action_space = env.action_space
+            mask = np.asarray(env.get_wrapper_attr("action_masks")() if from_method else obs["action_mask"])
+            declared = None if from_method else env.observation_space["action_mask"]
+            env.close()
+            if declared is not None and declared.shape != mask.shape:  # the vector env would fail to batch it
+                raise ArgError(f"--env-id {self.env_id} gives an action mask of shape {mask.shape} where its observation "
+                               f"space says {declared}; make them agree")  # fmt: skip
+        nvec = np.array([action_space.n]) if isinstance(action_space, gym.spaces.Discrete) else action_space.nvec
+        if nvec.ndim != 1:  # D2's components are one row
+            raise ArgError(
+                f"--env-id {self.env_id} has {nvec.ndim}-D MultiDiscrete({nvec.tolist()}) actions; ppo_masked.py takes one "
+                f"row of components: give the env MultiDiscrete({nvec.ravel().tolist()}) and reshape the action in it"
+            )
+        if np.any(action_space.start != 0):  # D1: the mask's entry j is choice j, and the agent sends j
+            raise ArgError(
+                f"--env-id {self.env_id} has {action_space} actions; ppo_masked.py counts each component's choices "
+                "from 0, as the mask's entries: give the space start 0 and add the start to the action in the env"
+            )
+        sizes, wanted = [nvec.sum()], f"{nvec.sum()} flags, one per action"
+        if len(nvec) > 1 and not from_method:  # action_masks() is flat, as sb3-contrib's MaskablePPO reads it
+            sizes.append(nvec.prod())
+            wanted = f"{' + '.join(map(str, nvec))} = {nvec.sum()} flags (each component's choices in turn) or a joint "
+            wanted += f"{' x '.join(map(str, nvec))} grid of {nvec.prod()}"
+        if mask.size not in sizes:
+            raise ArgError(f"--env-id {self.env_id} gives an action mask of {mask.size} entries for {action_space} "
+                           f"actions; give {wanted}")  # fmt: skip
+        if mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():  # 0.3 and NaN would read as valid
+            raise ArgError(
+                f"--env-id {self.env_id} gives a {mask.dtype} action mask (values {np.unique(mask)[:4]}); give booleans "
+                "(True: valid) or 0/1 integers, as gymnasium's MultiBinary"
+            )
+        if mask.size != nvec.sum():
+            print(
+                f"note: --env-id {self.env_id} gives one joint {' x '.join(map(str, nvec))} action mask; D2 draws each "
+                "component on its own, so the mask is enforced per component (each keeps the choices some allowed "
+                "joint action has) and a joint action it forbids can still be sent",
+                file=sys.stderr,
+            )
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -124,10 +209,23 @@ def make_env(args: Args, idx: int, video_folder: str | None):
 
 
 def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
-    """The parallel envs (G10), each wrapped by make_env, or envpool's."""
+    """The parallel envs (G10), each wrapped by make_env, or envpool's. D1: an env that gives its mask by an
+    action_masks() method (sb3-contrib's convention) observes {"obs": its observation, "action_mask": the method's}."""
     if args.vector_env == "envpool":
         return EnvpoolTasks(args.env_id, num_envs=args.num_envs, seed=args.seed)
-    thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
+
+    def with_mask(thunk):
+        env = thunk()
+        if not args.mask_actions or isinstance(env.observation_space, gym.spaces.Dict):  # the mask is its own entry
+            return env
+        space = env.action_space
+        mask_space = gym.spaces.MultiBinary(int(space.n) if isinstance(space, gym.spaces.Discrete) else int(space.nvec.sum()))
+        observed = gym.spaces.Dict({"obs": env.observation_space, "action_mask": mask_space})
+        masks = env.get_wrapper_attr("action_masks")  # after each reset and step: the mask of the observation returned
+        return gym.wrappers.TransformObservation(env, lambda obs: {"obs": obs, "action_mask": np.asarray(masks(), np.int8)},
+                                                 observed)  # fmt: skip
+
+    thunks = [lambda thunk=make_env(args, i, video_folder): with_mask(thunk) for i in range(args.num_envs)]
     vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
     # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
     # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
@@ -357,6 +455,7 @@ def train(args: Args, stop_signals=()):
     Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
     current env step, saves a checkpoint, closes everything and returns."""
     args, checkpoint = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
+    args.check_mask_key()  # D1: a mask under another key, whose dict observations check_args would refuse unexplained
     check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
     rank, world_size, device = distributed_setup(args.cuda)  # X2: torchrun's process group; rank r on GPU r of its node
     run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder, logs
@@ -385,6 +484,7 @@ def train(args: Args, stop_signals=()):
     # episode ends stay on the host until the rollout ends: a step copies the observations in and the action out
     obs = torch.zeros((args.num_steps, args.num_envs, gym.spaces.flatdim(observed_space(envs))), device=device)  # D3
     masks = torch.zeros((args.num_steps, args.num_envs, sum(agent.nvec)), dtype=torch.bool, device=device)  # D1
+    said_allows_nothing = not args.mask_actions  # D1: a mask that allows no action where the env takes one, said once
     actions = torch.zeros((args.num_steps, args.num_envs, len(agent.nvec)), dtype=torch.long, device=device)  # D2
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     rewards = torch.zeros((args.num_steps, args.num_envs))
@@ -419,6 +519,7 @@ def train(args: Args, stop_signals=()):
                 reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma, envs)  # B1
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
             next_obs, next_mask = observe(envs, next_obs, agent.nvec, args.mask_actions)  # D1, D3
+            run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
             next_obs, next_mask = torch.as_tensor(next_obs, device=device), torch.as_tensor(next_mask, device=device)
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
             run.log.record_episodes(infos, global_step)
@@ -426,6 +527,15 @@ def train(args: Args, stop_signals=()):
                 break
         if run.stopping:
             break  # the unfinished rollout is dropped; the checkpoint is the last finished update's
+        if not said_allows_nothing:  # D2: a component with no valid choice draws uniformly, and the env's rule decides
+            allowed = torch.stack([part.any(-1) for part in masks.split(agent.nvec, dim=-1)]).all(0)  # (steps, envs)
+            if not allowed.all():  # device sync
+                step, env = (int(i) for i in (~allowed).nonzero()[0])
+                at = global_step - (args.num_steps - 1 - step) * args.num_envs * world_size
+                print(f"warning: env {env}'s action mask allowed no action at step {at} (update {iteration}): its action "
+                      "was drawn uniformly and the env's rule for an invalid action decided (D1); said once",
+                      file=sys.stderr)  # fmt: skip
+                said_allows_nothing = True
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)

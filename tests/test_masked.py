@@ -590,16 +590,83 @@ class NotesEnv(gym.Env):
 
 
 gym.register(id="MaskprobeNotes-v0", entry_point=NotesEnv)
+
+
+class MaskEnv(gym.Env):
+    """Episodes of 8 steps, a reward of 1 each, an observation of two zeros beside an action mask under `key` (its
+    space `mask_space`, MultiBinary of its shape unless given): `mask` at every step where given, else one valid action,
+    the step's count modulo n. strict: an invalid action raises, as an env that enforces its mask does."""
+
+    def __init__(self, n=3, mask=None, mask_space=None, key="action_mask", action_space=None, strict=False):
+        self.n, self.fixed, self.key, self.strict, self.t = n, mask, key, strict, 0
+        self.action_space = gym.spaces.Discrete(n) if action_space is None else action_space
+        mask_space = gym.spaces.MultiBinary(np.shape(self.valid())) if mask_space is None else mask_space
+        self.observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (2,), np.float32), key: mask_space})
+
+    def valid(self):
+        return np.array(self.fixed) if self.fixed is not None else np.eye(self.n, dtype=np.int8)[self.t % self.n]
+
+    def observe(self):
+        return {"x": np.zeros(2, np.float32), self.key: self.valid()}
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observe(), {}
+
+    def step(self, action):
+        if self.strict and not self.valid()[action]:
+            raise ValueError(f"invalid action {action} at step {self.t}")
+        self.t += 1
+        return self.observe(), 1.0, self.t == 8, False, {}
+
+
+class MethodMaskEnv(MaskEnv):
+    """MaskEnv's vector observation alone, its mask from an action_masks() method (sb3-contrib's convention)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.observation_space = self.observation_space["x"]
+
+    def action_masks(self):
+        return [bool(flag) for flag in self.valid()]
+
+    def observe(self):
+        return super().observe()["x"]
+
+
+D, MD, MB = gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary
+for name, kwargs in {
+    "Nothing": dict(mask=[0, 0, 0]),
+    "Start": dict(action_space=D(3, start=1)),
+    "MultiStart": dict(n=5, action_space=MD([2, 3], start=[1, 0])),
+    "TwoD": dict(n=9, action_space=MD([[2, 3], [2, 2]])),
+    "Long": dict(n=4, action_space=D(3)),
+    "Short": dict(n=2, action_space=D(3)),
+    "Float": dict(mask=np.array([0.3, np.nan, 1.0], np.float32), mask_space=gym.spaces.Box(0, 1, (3,), np.float32)),
+    "Key": dict(key="mask"),
+    "Joint": dict(action_space=MD([2, 3]), mask=[[1, 0, 0], [0, 0, 1]]),
+}.items():
+    gym.register(id=f"Maskprobe{name}-v0", entry_point=MaskEnv, kwargs=kwargs)
+gym.register(id="MaskprobeMethod-v0", entry_point=MethodMaskEnv, kwargs=dict(strict=True))
 '''
 
 BAD_INPUTS = [  # (flags, what the one line must name)
     (["--env-id", "Pendulum-v1"], ["Box action space", "ppo_continuous_action.py"]),
-    (["--env-id", "CartPole-v1", "--vector-env", "sync"], ["no action mask", "--no-mask-actions", "ppo.py"]),
+    (["--env-id", "CartPole-v1"], ["no action mask", "'action_mask'", "action_masks()", "--no-mask-actions", "ppo.py"]),
     (
         ["--env-id", f"{PROBE_MODULE}:MaskprobeNotes-v0", "--vector-env", "sync"],
         ["'notes'", "Sequence", "cannot be flattened"],
     ),
     (["--env-id", "Knapsack-v1", "--vector-env", "sync"], ["add --vector-env envpool"]),
+    # one's own env (the default backend follows the env id: sync): its actions and its mask as the script reads them
+    (["--env-id", f"{PROBE_MODULE}:MaskprobeStart-v0"], ["Discrete(3, start=1)", "start 0"]),
+    (["--env-id", f"{PROBE_MODULE}:MaskprobeMultiStart-v0"], ["MultiDiscrete([2 3], start=[1 0])", "start 0"]),
+    (["--env-id", f"{PROBE_MODULE}:MaskprobeTwoD-v0"], ["2-D", "MultiDiscrete([2, 3, 2, 2])"]),
+    (["--env-id", f"{PROBE_MODULE}:MaskprobeLong-v0"], ["4 entries", "Discrete(3)", "3 flags"]),
+    (["--env-id", f"{PROBE_MODULE}:MaskprobeShort-v0"], ["2 entries", "Discrete(3)", "3 flags"]),
+    (["--env-id", f"{PROBE_MODULE}:MaskprobeFloat-v0"], ["float32", "0.3", "nan", "booleans"]),
+    (["--env-id", f"{PROBE_MODULE}:MaskprobeKey-v0"], ["'mask'", "'action_mask'"]),
 ]
 
 
@@ -608,10 +675,14 @@ BAD_INPUTS = [  # (flags, what the one line must name)
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, flags, named):
     """ppo_masked.py run as a user would, in a fresh folder with a module of one's own envs on PYTHONPATH: a Box action
     space (names the continuous script), an env without an action mask under --mask-actions (names --no-mask-actions
-    and ppo.py), a dict observation with an entry the flattening cannot take (a Sequence; names the entry), an envpool
-    task with --vector-env sync (names --vector-env envpool). Each exits non-zero with one line "error: ..." on stderr
-    naming the fix, and leaves no runs/ folder. Fails
-    where a check is missing (the run starts, or dies later with a traceback) or its message does not say what to do."""
+    and ppo.py, and the two ways to give a mask; CartPole-v1 without --vector-env, whose default follows the env id), a
+    dict observation with an entry the flattening cannot take (a Sequence; names the entry), an envpool task with
+    --vector-env sync (names --vector-env envpool); and MaskEnv's faults, each against the contract written by hand:
+    actions that start at 1 (Discrete, MultiDiscrete), a 2-D MultiDiscrete (names its flat form), a mask one entry too
+    long or too short (names what it gave and the size wanted), a float mask of 0.3 and NaN, the mask under the key
+    'mask' (names 'action_mask'). Each exits non-zero with one line "error: ..." on stderr naming the fix, and leaves no
+    runs/ folder. Fails where a check is missing (the run starts, or dies later with a traceback) or its message does
+    not say what to do."""
     pytest.importorskip("envpool")  # the env id check asks envpool first; without it Knapsack-v1 is no task
     (tmp_path / f"{PROBE_MODULE}.py").write_text(PROBE_ENVS)
     result = run_script("ppo_masked", *flags, cwd=tmp_path, timeout=300, env={"PYTHONPATH": pythonpath_first(tmp_path)})
@@ -621,6 +692,55 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, flags, named):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert all(part in lines[0] for part in named), lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "64", "--no-compile",
+        "--no-cuda", "--no-save-model"]  # fmt: skip
+
+
+def run_probe(tmp_path, env_name, *flags):
+    """ppo_masked.py on one of PROBE_ENVS' envs with TINY's budget (4 updates of 32 steps), the default backend."""
+    (tmp_path / f"{PROBE_MODULE}.py").write_text(PROBE_ENVS)
+    flags = ["--env-id", f"{PROBE_MODULE}:{env_name}", *TINY, *flags]
+    return run_script("ppo_masked", *flags, cwd=tmp_path, timeout=300, env={"PYTHONPATH": pythonpath_first(tmp_path)})
+
+
+@pytest.mark.slow
+def test_a_mask_from_the_action_masks_method_is_enforced(tmp_path):
+    """sb3-contrib's convention (MaskablePPO calls env.action_masks(), a flat list of one flag per action): an env with
+    vector observations that gives its mask so, and raises at an invalid action, trains through 64 steps with exit 0,
+    its 8-step episodes all complete (each step's one valid action, the step count modulo 3, by the env's own rule).
+    Without the mask an action is invalid with probability 2/3 a step, so the run would raise within a few steps.
+    Fails where the method is not read ("gives no action mask"), or read a step late or early."""
+    result = run_probe(tmp_path, "MaskprobeMethod-v0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "warning" not in result.stderr, result.stderr[-3000:]
+    assert (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_a_mask_that_allows_nothing_is_reported_once(tmp_path):
+    """An env whose mask allows no action at any step (MaskEnv's [0, 0, 0]): the run goes on (the draw is uniform and
+    the env's rule decides, D1) but says so on stderr once, in one line naming the env (0, the first of the first
+    update's first step), the update (1) and the step (2: both envs' first step), the step counting as the progress
+    lines do. Fails where it trains on to the end without a word, or says it at every step."""
+    result = run_probe(tmp_path, "MaskprobeNothing-v0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1, result.stderr[-3000:]
+    assert "env 0's action mask allowed no action at step 2 (update 1)" in warned[0], warned[0]
+
+
+@pytest.mark.slow
+def test_a_joint_mask_is_said_to_be_enforced_per_component(tmp_path):
+    """A MultiDiscrete([2, 3]) env whose action_mask is one joint 2 x 3 grid (allowing (0, 0) and (1, 2) only): D2
+    draws each component on its own, so the run can send (0, 2) or (1, 0), which the grid forbids. The run trains, and
+    says so once before it starts: a note naming the grid and that the mask is enforced per component. Fails where a
+    joint mask is taken without a word."""
+    result = run_probe(tmp_path, "MaskprobeJoint-v0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    noted = [line for line in result.stderr.splitlines() if "per component" in line]
+    assert len(noted) == 1 and noted[0].startswith("note:") and "2 x 3" in noted[0], result.stderr[-3000:]
 
 
 @needs("envpool")
