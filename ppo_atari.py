@@ -420,6 +420,7 @@ def train(args: Args, stop_signals=()):
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
     next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
+    run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs)
 
@@ -440,6 +441,7 @@ def train(args: Args, stop_signals=()):
             logprobs[step] = logprob
 
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())  # device sync
+            run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
             if args.bootstrap_truncated:
                 reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma)  # B1
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32)

@@ -30,8 +30,8 @@ from torch.distributions.normal import Normal
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes
 from ppo_utils.flag_checks import ArgError, check_args
-from ppo_utils.seeds import AgentsAdam, AgentsArgs, agent_infos, agent_runs, check_finite, check_seeds, finish_agents
-from ppo_utils.seeds import finish_updates, main, resume_agents, start_agents
+from ppo_utils.seeds import AgentsAdam, AgentsArgs, agent_infos, agent_runs, check_finite, check_observations, check_seeds
+from ppo_utils.seeds import finish_agents, finish_updates, main, resume_agents, start_agents
 
 
 @dataclass
@@ -596,6 +596,7 @@ def train(args: SeedsArgs, stop_signals=()):
 
     # agent a's env i: seed_a + i (a resumed run adds the step it starts from)
     next_obs, _ = envs.reset(seed=[f.seed + global_step + i for f in flags for i in range(args.num_envs)])
+    check_observations(runs, envs, next_obs, global_step, args.script)  # a NaN observation stops its agent here
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(shape[1:] + next_obs.shape[1:])
     next_done = torch.zeros(shape[1:])
     gae_lambda = torch.tensor([f.gae_lambda for f in flags], device=device)[:, None]  # G2, per agent
@@ -617,6 +618,7 @@ def train(args: SeedsArgs, stop_signals=()):
             logprobs[step] = logprob
 
             next_obs, reward, terminations, truncations, infos = envs.step(action.flatten(0, 1).cpu().numpy())  # device sync
+            check_observations(runs, envs, next_obs, global_step, args.script)  # a NaN observation stops its agent here
             if args.bootstrap_truncated:
                 reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma)  # B1
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32).view(shape[1:])

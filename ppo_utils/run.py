@@ -40,6 +40,11 @@ class NonFiniteError(RuntimeError):
     """Training produced a NaN or infinity: the message names the update and the last good checkpoint."""
 
 
+class ObservationError(NonFiniteError):
+    """An env returned a NaN or infinite observation: the message names the env, the step and the last good checkpoint.
+    Under torchrun (X2) one rank meets it, not all: the rank that does says it."""
+
+
 # the first line of each script's --help (tyro's description), whose flags' help speaks of ids and "the reference"
 HELP = (
     "Ids in parentheses, such as (G1) or (M3), name PPO's implementation details, one flag each (docs/details.md): G "
@@ -85,7 +90,7 @@ def run_or_say_why(args, train, make_envs, Agent, act, command_line):
     except (ArgError, NonFiniteError, CheckpointError) as e:
         for run in [run for run in Run.active if run.log is None]:
             run.abandon()  # refused before it started (a checkpoint that fails its checks): its folder as it was
-        if process_rank() == 0:
+        if process_rank() == 0 or isinstance(e, ObservationError):
             print(f"error: {e}", file=sys.stderr)
         else:  # X2: every rank meets the same error; rank 0 says it, and torchrun stops the group once one rank exits
             time.sleep(3)
@@ -133,12 +138,18 @@ def evaluate(args, make_envs, Agent, act):
     agent.load_state_dict(checkpoint["model"])
     set_env_statistics(envs, checkpoint["env_stats"], frozen=True)
 
-    episodic_returns = []
+    episodic_returns, steps = [], 0
     next_obs, _ = envs.reset(seed=args.seed)
     next_done, state = torch.zeros(1), None  # no state yet: a recurrent script's act() starts it (B3)
     while len(episodic_returns) < args.eval_episodes:
+        bad, kind = nonfinite_envs(next_obs, envs)  # a NaN the agent would be given: its actions would be NaN, or raise
+        if bad:
+            envs.close()
+            raise ObservationError(f"{env_id} returned a {kind} observation at step {steps} of the evaluation, which stopped "
+                                   "there; fix the env, or evaluate on another --seed")  # fmt: skip
         action, state = act(agent, envs, train_args, next_obs, next_done, state)
         next_obs, _, terminations, truncations, infos = envs.step(action)
+        steps += 1
         next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
         episodic_returns += [episodic_return for _, episodic_return in finished_episodes(infos)]
     envs.close()
@@ -177,6 +188,23 @@ def finished_episodes(infos):
         return []
     ended = np.flatnonzero(final_info["_episode"])
     return list(zip(ended.tolist(), final_info["episode"]["r"][ended].tolist()))
+
+
+def nonfinite_envs(obs, envs):
+    """([the env indices whose observation in `obs` is NaN or infinite], "NaN" or "infinite"), or ([], None) where all
+    are finite (most steps: one np.isfinite on the host, no device sync; frames of uint8 are never checked). `obs` is
+    what the agent is to see; where M1's statistics are shared by all envs, one env's NaN makes every env's normalized
+    observation NaN, and the envs named are those whose raw observation (the vector env's own, under its wrappers) is."""
+    obs = np.asarray(obs) if not isinstance(obs, dict) else None
+    if obs is None or obs.dtype.kind != "f" or np.isfinite(obs).all():
+        return [], None
+    rows = obs.reshape(len(obs), -1)
+    base = getattr(envs, "unwrapped", None)  # gymnasium: SyncVectorEnv._observations, AsyncVectorEnv.observations
+    raw = getattr(base, "_observations", getattr(base, "observations", None))
+    if isinstance(raw, np.ndarray) and raw.dtype.kind == "f" and len(raw) == len(obs) and not np.isfinite(raw).all():
+        rows = raw.reshape(len(raw), -1)
+    bad = ~np.isfinite(rows).all(1)
+    return np.flatnonzero(bad).tolist(), "NaN" if np.isnan(rows[bad]).any() else "infinite"
 
 
 def from_collective(error):
@@ -446,6 +474,35 @@ class Run:
                 f"a loss or a parameter became NaN or infinite in update {iteration} (step {global_step}); training stopped "
                 f"and wrote no checkpoint; the last good one: {last_good}"
             )
+
+    def check_observations(self, obs, global_step):
+        """The NaN guard of what the envs return (`obs`, the observations of the env step that ended at `global_step`,
+        as the agent is to see them, still on the host): where one is NaN or infinite, closes the run and raises
+        ObservationError naming the env and the step, before the agent acts on it and before an update learns from it."""
+        bad, kind = nonfinite_envs(obs, self.envs)
+        if bad:
+            self.close_alone()
+            raise ObservationError(self.observation_fault(bad, kind, global_step))
+
+    def observation_fault(self, bad, kind, global_step):
+        """What check_observations says: the envs `bad` (indices) returned `kind` ("NaN") observations at the step."""
+        which = f"env {bad[0]}" if len(bad) == 1 else f"envs {', '.join(map(str, bad))}"
+        which += f" of rank {self.rank}" if self.world_size > 1 else ""
+        what = f"a {kind} observation" if len(bad) == 1 else f"{kind} observations"
+        last_good = self.checkpoints.path if os.path.exists(self.checkpoints.path) else "none written yet"
+        return (
+            f"{which} of {self.args.env_id} returned {what} at step {global_step} (in the rollout of update "
+            f"{self.last_update.iteration + 1}); training stopped before an update learned from it and wrote no "
+            f"checkpoint; the last good one: {last_good}"
+        )
+
+    def close_alone(self):
+        """close(), but under torchrun (X2) without the barrier: a fault one rank met leaves the others mid-rollout."""
+        if self.world_size == 1:
+            return self.close()
+        self.envs.close()
+        self.log.close()
+        self.let_go()
 
     def finish_update(self, iteration, global_step, kl_beta):
         """Marks an update as finished (what a checkpoint after a stop signal saves); writes the checkpoint every

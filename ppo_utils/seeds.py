@@ -30,7 +30,7 @@ from .checkpoints import numpy_state_loaded, numpy_state_saved, resume_command, 
 from .checkpoints import script_as_started
 from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import FLAG_RULES, ArgError, check_flags, check_not_empty
-from .run import STOPPED, NonFiniteError, Run
+from .run import STOPPED, NonFiniteError, ObservationError, Run, nonfinite_envs
 
 
 def main(args, train, make_envs, Agent, act=None):
@@ -498,20 +498,40 @@ def check_finite(runs, stats, iteration, global_step):
     return failed
 
 
-def stop_after_failure(runs, failed, script):
-    """After the NaN guard stopped the agents `failed` ({agent: why}): the others, whose update just finished, save it
-    as one set and close; NonFiniteError names each failed agent with its guard's words, and the command of `script`
+def check_observations(runs, envs, obs, global_step, script):
+    """The NaN guard of what the envs return (Run.check_observations) for every agent: where an env's observation in
+    `obs` (the vector env's, agent a's envs at a * num_envs ...) is NaN or infinite, its agent's run is closed and named
+    with the env (its own index) and the step; the other agents save their last finished update as one set and close,
+    and ObservationError says how to continue them (stop_after_failure)."""
+    bad, kind = nonfinite_envs(obs, envs)
+    if not bad:
+        return
+    per_agent, failed = envs.num_envs // len(runs), {}
+    for i, run in enumerate(runs):
+        own = [j - i * per_agent for j in bad if j // per_agent == i]
+        if own:
+            failed[i] = f"{run.label}: {run.observation_fault(own, kind, global_step)}"
+            run.log.close()
+            run.let_go()
+    envs.close()
+    stop_after_failure(runs, failed, script, ObservationError, "their last finished update")
+
+
+def stop_after_failure(runs, failed, script, error=NonFiniteError, saved="this update"):
+    """After the NaN guard stopped the agents `failed` ({agent: why}): the others, whose update just finished (`saved`;
+    after a NaN observation, mid-rollout: their last finished update), save it as one set and close; `error`
+    (NonFiniteError, or ObservationError) names each failed agent with its guard's words, and the command of `script`
     that continues the others without them (a failed agent's last good checkpoint is of an earlier update, and from it
     the same numbers would likely diverge again)."""
     why, others = "; ".join(failed.values()), [run for i, run in enumerate(runs) if i not in failed]
     if not others:
-        raise NonFiniteError(why)
+        raise error(why)
     try:
         save_agents(others, script)
     except CheckpointError as e:
-        raise NonFiniteError(f"{why}; the other agents' checkpoints: {e}") from None
+        raise error(f"{why}; the other agents' checkpoints: {e}") from None
     for run in others:
         run.close()
     labels = ", ".join(runs[i].label for i in failed)
     command = resume_command(script, [run.checkpoints.path for run in others], 1, 1)
-    raise NonFiniteError(f"{why}; the other agents saved this update; continue them without {labels} with: {command}")
+    raise error(f"{why}; the other agents saved {saved}; continue them without {labels} with: {command}")

@@ -7,6 +7,7 @@ import shutil
 import signal
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from ppo_utils import checkpoints
@@ -45,6 +46,33 @@ class StopsMidRollout(gym.Wrapper):
 
 
 gym.register("StopsMidRolloutPendulum-v1", entry_point=lambda **kw: StopsMidRollout(gym.make("Pendulum-v1", **kw)))
+
+
+class NaNObservationInEnv1(gym.Wrapper):
+    """An env whose observation turns NaN once, at its 80th step, in env 1 of a run of --seed 1 (the env reset with
+    seed 2: env i gets seed + i), as a diverging simulator's would; every other env, and every other step, as the env it
+    wraps. With 2 envs of 32 steps, that step ends at global step 160, in the rollout of update 3."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps, self.seed = 0, None
+
+    def reset(self, *, seed=None, options=None):
+        self.seed = seed if self.seed is None else self.seed  # the first reset's, by the vector env
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.seed == 2 and self.steps == 80:
+            obs = np.full_like(obs, np.nan)
+        return obs, reward, terminated, truncated, info
+
+
+NAN_OBSERVATION_ENVS = {"continuous": "NaNObservationPendulum-v1", "discrete": "NaNObservationCartPole-v1"}
+NAN_OBSERVATION_STEP, NAN_OBSERVATION_UPDATE = 160, 3  # where NaNObservationInEnv1 is met with 2 envs of 32 steps
+for wrapped, env_id in zip(("Pendulum-v1", "CartPole-v1"), NAN_OBSERVATION_ENVS.values()):
+    gym.register(env_id, entry_point=lambda wrapped=wrapped, **kw: NaNObservationInEnv1(gym.make(wrapped, **kw)))
 
 
 def assert_same(a, b, where):

@@ -22,6 +22,7 @@ import pytest
 from ppo_utils import run as ppo_run
 import torch
 from conftest import ROOT, load_script, needs, pythonpath_first, run_script, write_checkpoint
+from long_run_helpers import NAN_OBSERVATION_ENVS, NAN_OBSERVATION_STEP, NAN_OBSERVATION_UPDATE
 
 cont = load_script("ppo_continuous_action")
 PENDULUM = dict(env_id="Pendulum-v1", num_steps=64, num_minibatches=2, update_epochs=1, compile=False)
@@ -616,3 +617,72 @@ def test_a_read_only_run_folder_is_one_line(saved_run, small_disk):
         f"error: --resume {folder / 'agent.pt'}: its run folder {folder} cannot be written (Read-only file system); "
         "make it writable, or copy the run folder to where you can write and resume the agent.pt in the copy"
     ]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NaN observations from the env: one line naming the env and the step, before an update learns from them
+
+NAN_OBSERVATION_RUNS = [  # (script, its flags for long_run_helpers' env of NaN observations)
+    ("ppo", {"env_id": NAN_OBSERVATION_ENVS["discrete"]}),
+    ("ppo_masked", {"env_id": NAN_OBSERVATION_ENVS["discrete"], "mask_actions": False, "vector_env": "sync"}),
+    ("ppo_rnn", {"env_id": NAN_OBSERVATION_ENVS["discrete"]}),
+    # M1's statistics shared by both envs: env 1's NaN makes both envs' normalized observations NaN
+    ("ppo_continuous_action", {"env_id": NAN_OBSERVATION_ENVS["continuous"]}),
+    ("ppo_continuous_action", {"env_id": NAN_OBSERVATION_ENVS["continuous"], "norm_per_env": True}),
+    ("ppo_continuous_action", {"env_id": NAN_OBSERVATION_ENVS["continuous"], "no_norm_obs": True}),
+    ("ppo_rnn_continuous_action", {"env_id": NAN_OBSERVATION_ENVS["continuous"]}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,flags", NAN_OBSERVATION_RUNS, ids=[f"{n}:{'-'.join(f)[7:]}" for n, f in NAN_OBSERVATION_RUNS])
+def test_a_nan_observation_is_one_line_naming_the_env_and_the_step(tmp_path, monkeypatch, capsys, name, flags):
+    """Env 1 returns a NaN observation at global step 160 (update 3's rollout): the run ends there with one line naming
+    env 1 and the step (not the update's NaN loss after it, nor Categorical.sample's traceback), and the last good
+    checkpoint, update 2's, stays as it was written (finite weights, no .tmp beside it)."""
+    module = load_script(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py"])
+    flags = dict(flags)
+    if flags.pop("no_norm_obs", False):
+        flags["norm_obs"] = False
+    flags |= {"compile": False} if hasattr(module.Args, "compile") else {}  # the recurrent scripts never compile
+    args = module.Args(**flags, num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1, total_timesteps=64 * 4,
+                       checkpoint_interval=1, cuda=False)  # fmt: skip
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as end:
+            ppo_run.main(args, module.train, module.make_envs, module.Agent, module.act)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    (path,) = glob.glob("runs/*/agent.pt")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert end.value.code == 1 and lines == [
+        f"error: env 1 of {flags['env_id']} returned a NaN observation at step {NAN_OBSERVATION_STEP} (in the rollout of "
+        f"update {NAN_OBSERVATION_UPDATE}); training stopped before an update learned from it and wrote no checkpoint; "
+        f"the last good one: {path}"
+    ], lines
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["iteration"] == NAN_OBSERVATION_UPDATE - 1 and not glob.glob("runs/*/*.tmp")
+    assert all(torch.isfinite(v).all() for v in checkpoint["model"].values())
+
+
+def test_a_nan_observation_while_evaluating_is_one_line_naming_the_step(tmp_path, monkeypatch, capsys):
+    """--eval-checkpoint --seed 2: its one env is the one long_run_helpers' env makes NaN at its 80th step; the
+    evaluation stops there in one line, not with Categorical.sample's traceback."""
+    ppo = load_script("ppo")
+    monkeypatch.chdir(tmp_path)
+    env_id = NAN_OBSERVATION_ENVS["discrete"]
+    ppo.train(ppo.Args(env_id=env_id, num_envs=1, num_steps=64, total_timesteps=64, num_minibatches=2, compile=False))
+    (path,) = glob.glob("runs/*/agent.pt")
+    monkeypatch.setattr(sys, "argv", ["ppo.py", "--eval-checkpoint", path, "--seed", "2"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as end:
+        ppo_run.main(ppo.Args(eval_checkpoint=path, seed=2, eval_episodes=1000), ppo.train, ppo.make_envs, ppo.Agent, ppo.act)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # main() set it for the evaluation: pytest's own again
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert end.value.code == 1 and lines == [
+        f"error: {env_id} returned a NaN observation at step 80 of the evaluation, which stopped there; fix the env, or "
+        "evaluate on another --seed"
+    ], lines

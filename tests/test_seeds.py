@@ -622,3 +622,34 @@ def test_capture_video_records_each_agents_env_0_in_its_own_run_folder(tmp_path)
         (run_dir,) = glob.glob(str(tmp_path / "runs" / f"*__{seed}__*"))
         videos = glob.glob(os.path.join(run_dir, "videos", "rl-video-episode-0.mp4"))
         assert videos and os.path.getsize(videos[0]) > 0, os.listdir(run_dir)
+
+
+@pytest.mark.slow
+def test_a_nan_observation_stops_its_agent_naming_its_env_and_the_others_save_their_last_update(tmp_path, monkeypatch):
+    """long_run_helpers' env: seed 1's env 1 (reset with seed 2) returns a NaN observation at step 160, in update 3's
+    rollout. Its agent stops there, named with its env and the step, before an update learns from it (its last good
+    checkpoint is update 2's); seed 3's agent saves its last finished update, update 2, and one command continues it."""
+    from long_run_helpers import NAN_OBSERVATION_ENVS, NAN_OBSERVATION_STEP, NAN_OBSERVATION_UPDATE
+    from ppo_utils.run import ObservationError
+
+    monkeypatch.chdir(tmp_path)
+    env_id = NAN_OBSERVATION_ENVS["continuous"]
+    args = seeds_script.SeedsArgs(env_id=env_id, num_envs=2, num_steps=32, total_timesteps=64 * 4, num_minibatches=2,
+                                  update_epochs=1, checkpoint_interval=1, seeds=(1, 3), compile=False)  # fmt: skip
+    with pytest.raises(ObservationError) as error:
+        seeds_script.train(args)
+    (doomed,) = glob.glob("runs/*__1__*/agent.pt")
+    (healthy,) = glob.glob("runs/*__3__*/agent.pt")
+    assert str(error.value) == (
+        f"seed 1: env 1 of {env_id} returned a NaN observation at step {NAN_OBSERVATION_STEP} (in the rollout of update "
+        f"{NAN_OBSERVATION_UPDATE}); training stopped before an update learned from it and wrote no checkpoint; the last "
+        f"good one: {doomed}; the other agents saved their last finished update; continue them without seed 1 with: "
+        f"python ppo_continuous_action_seeds.py --resume {healthy}"
+    )
+    for path in (doomed, healthy):
+        checkpoint = torch.load(path, weights_only=True)
+        assert checkpoint["iteration"] == NAN_OBSERVATION_UPDATE - 1
+        assert all(torch.isfinite(v).all() for v in checkpoint["model"].values())
+    assert not glob.glob("runs/*/*.tmp")
+    seeds_script.train(seeds_script.SeedsArgs(resume=(healthy,)))  # seed 3's envs (seeds 3 and 4) are never NaN
+    assert torch.load(healthy, weights_only=True)["iteration"] == 4
