@@ -156,8 +156,10 @@ def flush_folders(paths):
 def finish_interrupted_set(paths):
     """--resume of several runs' checkpoints written as one set (save_checkpoints): where the writing process died
     between two renames, so that some are of a later update than the others, renames into place the later update's
-    checkpoints complete in the others' .tmp files. Returns the paths it completed (none where the set is whole, or
-    where what is there is not such a set, which the checks of --resume then name)."""
+    checkpoints complete in the others' .tmp files; where it died in the renames of the very first set, the agents not
+    yet renamed have no agent.pt at all, only agent.pt.tmp. Returns the paths it completed (none where the set is whole,
+    or where what is there is not such a set, which the checks of --resume then name: no agent.pt renamed yet means the
+    .tmp files may not all have been on disk)."""
 
     def update_of(path):
         try:
@@ -167,10 +169,12 @@ def finish_interrupted_set(paths):
         return update if isinstance(update, int) else None
 
     updates = [update_of(path) for path in paths]
-    if None in updates or len(set(updates)) == 1:
+    missing = [not os.path.lexists(path) for path in paths]  # the first set's, not renamed yet
+    written = [update for update, gone in zip(updates, missing) if not gone]
+    if None in written or not written or len(set(updates)) == 1:
         return []
-    behind = [path for path, update in zip(paths, updates) if update != max(updates)]
-    if not all(update_of(path + ".tmp") == max(updates) for path in behind):
+    behind = [path for path, update in zip(paths, updates) if update != max(written)]
+    if not all(update_of(path + ".tmp") == max(written) for path in behind):
         return []
     try:
         for path in behind:

@@ -653,3 +653,30 @@ def test_a_nan_observation_stops_its_agent_naming_its_env_and_the_others_save_th
     assert not glob.glob("runs/*/*.tmp")
     seeds_script.train(seeds_script.SeedsArgs(resume=(healthy,)))  # seed 3's envs (seeds 3 and 4) are never NaN
     assert torch.load(healthy, weights_only=True)["iteration"] == 4
+
+
+@pytest.mark.slow
+def test_a_kill_between_the_renames_of_the_first_set_leaves_a_set_that_resumes_together(tmp_path):
+    """SIGKILL at the second rename of update 1's checkpoints, the very first set: agent 1's agent.pt is in place,
+    agents 2 and 3 have only agent.pt.tmp. The joint --resume of the three paths completes the set (and says so), and
+    continues them together to the end, as after a kill between the renames of a later set."""
+    script = str(ROOT / "ppo_continuous_action_seeds.py")
+    code = KILLED_AT.format(call="replace", n=2, script=script, flags=KILL_FLAGS)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    folders = [os.path.relpath(glob.glob(str(tmp_path / "runs" / f"*__{seed}__*"))[0], tmp_path) for seed in (1, 2, 3)]
+    paths = [os.path.join(folder, "agent.pt") for folder in folders]
+    assert [sorted(name for name in os.listdir(tmp_path / folder) if name.startswith("agent")) for folder in folders] == [
+        ["agent.pt"], ["agent.pt.tmp"], ["agent.pt.tmp"]
+    ]
+    result = subprocess.run([sys.executable, script, "--resume", *paths], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    completed = "the last checkpoints of these runs were cut short while written; completed them: "
+    assert f"{completed}{paths[1]} {paths[2]}" in result.stdout.splitlines()
+    for path in paths:
+        assert torch.load(tmp_path / path, weights_only=True)["iteration"] == 4
+        run_dir = tmp_path / os.path.dirname(path)
+        assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [64, 128, 192, 256]
+        assert not glob.glob(str(run_dir / "*.tmp"))
