@@ -97,8 +97,8 @@ SHARED = {
 
 def settings(args, run_args):
     """--setting NAME=FLAGS ...: [(name, {field: value})], in order; no --setting: one setting, [(None, {})]. ArgError,
-    before anything is written, for a malformed setting, a name given twice, a flag ppo_continuous_action.py lacks, a
-    bad value, and a flag no agent may set for itself (SHARED's, the process's)."""
+    before anything is written, for a malformed setting (an unclosed quote in its flags too), a name given twice, a flag
+    ppo_continuous_action.py lacks, a bad value, and a flag no agent may set for itself (SHARED's, the process's)."""
     found, kinds = [], {field.name: field.type for field in fields(run_args)}
     for spec in args.setting:
         name, sep, words = spec.partition("=")
@@ -107,7 +107,12 @@ def settings(args, run_args):
                            "--setting 'clip-0.1=--clip-coef 0.1'")  # fmt: skip
         if name in [other for other, _ in found]:
             raise ArgError(f"--setting {name}: the name is given twice; name each setting once")
-        found.append((name, setting_values(name, shlex.split(words), kinds)))
+        try:
+            words = shlex.split(words)  # as a shell splits them
+        except ValueError as e:  # "No closing quotation", "No escaped character"
+            raise ArgError(f"--setting {spec}: its flags do not split as a shell's words ({e}); close the quote or drop "
+                           "it, e.g. --setting 'kl=--surrogate kl-adaptive'") from None  # fmt: skip
+        found.append((name, setting_values(name, words, kinds)))
     return found or [(None, {})]
 
 
