@@ -122,9 +122,15 @@ def find_spec(env_id):
 def env_kind(env_id):
     """Which of ENV_KINDS the registered `env_id` is, and the type of its action space; ArgError if it is none of them
     or cannot be made."""
-    if find_spec(env_id).entry_point == "ale_py.env:AtariEnv":
+    entry_point = find_spec(env_id).entry_point
+    if entry_point == "ale_py.env:AtariEnv":
         return "atari", "Discrete"
     try:
+        if isinstance(entry_point, str) and entry_point.startswith("gymnasium.envs.mujoco"):
+            from .run import say_settotalmass_once  # here: run.py imports this module
+
+            importlib.import_module("mujoco")  # loaded before gym.make compiles the model, so that its warnings are ours
+            say_settotalmass_once()
         env = gym.make(env_id)
     except gym.error.Error as e:
         raise ArgError(f"--env-id {env_id} cannot be created: {e}") from None

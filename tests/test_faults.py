@@ -686,3 +686,18 @@ def test_a_nan_observation_while_evaluating_is_one_line_naming_the_step(tmp_path
         f"error: {env_id} returned a NaN observation at step 80 of the evaluation, which stopped there; fix the env, or "
         "evaluate on another --seed"
     ], lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vector_env", ["sync", "async"])
+def test_mujocos_settotalmass_deprecation_is_said_once_and_written_nowhere(tmp_path, vector_env):
+    """HalfCheetah-v5's model (gymnasium's) sets settotalmass, which MuJoCo 4 warns about at every compile: in the flag
+    checks and in each of the two envs (three times), the first into a MUJOCO_LOG.TXT in the working folder before any
+    run folder. Now once, on the console; no log file holds it; the run goes on."""
+    flags = ["--env-id", "HalfCheetah-v5", "--total-timesteps", "128", "--num-envs", "2", "--num-steps", "32",
+             "--num-minibatches", "2", "--update-epochs", "1", "--no-compile", "--vector-env", vector_env]  # fmt: skip
+    result = run_script("ppo_continuous_action", *flags, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("compiler attribute 'settotalmass' is deprecated") == 1, result.stderr[-3000:]
+    assert os.listdir(tmp_path) == ["runs"]
+    assert not any("settotalmass" in open(log).read() for log in glob.glob(str(tmp_path / "runs" / "*" / "MUJOCO_LOG.TXT")))
