@@ -71,7 +71,8 @@ CHECKPOINT_KEYS = {
     "global_step",
     "kl_beta",
     "wandb_id",
-}  # and "world_size", "local_world_size", "torchrun_job" (X2), which older checkpoints lack (read as 1, 1, None)
+}  # and "world_size", "local_world_size", "torchrun_job" (X2) and "elapsed", which older checkpoints lack (read as 1, 1,
+# None and 0 s)
 
 # The layout of a checkpoint, saved as its "format" (one without it is of format 1: written before the number was). Another
 # format is refused, not migrated: the one earlier layout (Adam's state in another parameter order, before the layers were
@@ -243,6 +244,9 @@ def load_checkpoint(path, flag, args):
         least = 1 if name.endswith("world_size") else 0
         if not fits(value, kind) or value < least or not math.isfinite(value):
             raise damaged(flag, path, f"{name} {value!r}, which no run reaches")
+    elapsed = checkpoint.get("elapsed", 0.0)  # written since issue 84; a checkpoint without it trained 0 s before
+    if not fits(elapsed, float) or not math.isfinite(elapsed) or elapsed < 0:
+        raise damaged(flag, path, f"elapsed {elapsed!r}, which no run reaches")
     if checkpoint.get("world_size", 1) % checkpoint.get("local_world_size", 1):
         raise damaged(flag, path, "a process count that is no whole number of machines")
     try:  # on generators of its own: the process's stay as they are
@@ -485,11 +489,13 @@ class Checkpoints:
     def due(self, iteration):
         return self.rank == 0 and self.interval and iteration % self.interval == 0
 
-    def keep(self, optimizer, envs, state=None):
-        """state: the "rng" and "env_stats" to keep; None: this process's RNG states and the statistics of `envs`."""
+    def keep(self, optimizer, envs, state=None, elapsed=0.0):
+        """state: the "rng" and "env_stats" to keep; None: this process's RNG states and the statistics of `envs`.
+        elapsed: the seconds the run has trained, its earlier sessions' included (the progress line's "elapsed")."""
         if self.rank == 0:
             learning_rates = [group["lr"] for group in optimizer.param_groups]
             self.kept = (state or {"rng": rng_state(), "env_stats": env_statistics(envs)}) | {"lr": learning_rates}
+            self.kept["elapsed"] = float(elapsed)
 
     def save(self, agent, optimizer, last_update: Update, wandb_id):
         """Writes the checkpoint of the finished update `last_update` with the kept state."""
@@ -511,6 +517,7 @@ class Checkpoints:
             "iteration": last_update.iteration,
             "global_step": last_update.global_step,
             "kl_beta": last_update.kl_beta,
+            "elapsed": self.kept.get("elapsed", 0.0),  # a resumed session's progress line goes on from it
             "wandb_id": wandb_id,
             "format": CHECKPOINT_FORMAT,
             "world_size": self.world_size,  # X2: a resumed run must have as many processes

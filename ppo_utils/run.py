@@ -264,6 +264,7 @@ class RunLog:
     def __init__(self, args, folder, video_folder, rank, world_size, resumed_from=None, stop_signals=()):
         self.args, self.video_folder, self.rank, self.world_size = args, video_folder, rank, world_size
         self.stop_signals = stop_signals
+        self.elapsed_before = float(resumed_from.get("elapsed", 0.0)) if resumed_from else 0.0  # earlier sessions' seconds
         self.track = args.track and rank == 0
         self.wandb_id = None
         if self.track:
@@ -289,6 +290,10 @@ class RunLog:
         self.start_step, self.last_step = global_step, last_step
         self.warm = None  # (step, time) at the end of the first update, where the steady rate is measured from
         self.episode_steps = np.zeros(num_envs, dtype=np.int64)
+
+    def elapsed(self):
+        """The seconds the run has trained: this session's, and at a resume its earlier sessions' (its checkpoint's)."""
+        return self.elapsed_before + time.time() - self.start_time
 
     def record_episodes(self, infos, global_step):
         """Keeps the return and length of the episodes that ended in this env step, for the next log(). The length
@@ -329,7 +334,8 @@ class RunLog:
             # the steady rate, after the warm-up: with it counted, the time left came out 5-10 times too long
             steady_steps, steady_time = global_step - self.warm[0], now - self.warm[1]
             sps = int(steady_steps / max(steady_time, 1e-9)) if steady_steps else self.sps
-            elapsed, left = clock(now - self.start_time), clock((self.last_step - global_step) / max(sps, 1))
+            elapsed = clock(self.elapsed_before + now - self.start_time)  # a resumed run's earlier sessions too
+            left = clock((self.last_step - global_step) / max(sps, 1))
             timing = f"{elapsed} elapsed, {left} left"
             if not steady_steps:  # the first update's line: no steady rate yet
                 timing = f"{elapsed} elapsed (warm-up), time left from the next line"
@@ -473,7 +479,7 @@ class Run:
             print(f"resumed {self.name} after update {last.iteration} (step {last.global_step}); the envs start new episodes")
             say_what_is_to_come(self.args, self.folder, self.args.num_iterations - last.iteration, self.world_size)
         self.log.start(envs.num_envs, last.global_step, steps)
-        self.checkpoints.keep(optimizer, envs, state and state())
+        self.checkpoints.keep(optimizer, envs, state and state(), self.log.elapsed())
 
     def abandon(self):
         """A run that ends before it starts (a checkpoint or wandb refused): its folder as it was before (a new run's
@@ -543,7 +549,7 @@ class Run:
         """Marks an update as finished (what a checkpoint after a stop signal saves); writes the checkpoint every
         --checkpoint-interval updates."""
         self.last_update = Update(iteration, global_step, kl_beta)
-        self.checkpoints.keep(self.optimizer, self.envs, self.state and self.state())
+        self.checkpoints.keep(self.optimizer, self.envs, self.state and self.state(), self.log.elapsed())
         if self.checkpoints.due(iteration):
             self.save()
 

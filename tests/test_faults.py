@@ -431,6 +431,7 @@ def edited(checkpoint):
         "a later format": lambda c: c.update(format=2),
         "a NaN weight": lambda c: c["model"]["actor_mean.weight"].view(-1)[3].fill_(float("nan")),
         "an infinite Adam moment": lambda c: c["optimizer"]["state"][0]["exp_avg_sq"].view(-1)[0].fill_(float("inf")),
+        "elapsed NaN": lambda c: c.update(elapsed=float("nan")),
     }
     return edits[checkpoint]
 
@@ -454,6 +455,7 @@ DAMAGED = [
     ("a later format", "was written by another version of this project (checkpoint format 2, where this one reads format 1)"),
     ("a NaN weight", "holds weights that are NaN or infinite"),
     ("an infinite Adam moment", "holds Adam moments that are NaN or infinite"),
+    ("elapsed NaN", "holds elapsed nan, which no run reaches"),
 ]  # fmt: skip
 EVAL_UNCHECKED = {"step of another update", "num_envs 0", "no optimizer", "empty optimizer state", "an infinite Adam moment"}
 

@@ -372,3 +372,43 @@ def test_a_run_of_one_step_minibatches_per_env_evaluates(tmp_path, monkeypatch):
     (path,) = glob.glob("runs/*/agent.pt")
     returns = ppo_run.evaluate(cont.Args(eval_checkpoint=path, eval_episodes=1), cont.make_envs, cont.Agent, cont.act)
     assert len(returns) == 1 and -2000 < returns[0] < 0  # one whole Pendulum episode: 200 steps of cost in [-16.3, 0]
+
+
+class StopAfterUpdate1(list):
+    """stop_signals that read as non-empty (a signal came) from the first env step after update 1 (of 64 steps)."""
+
+    steps = 0
+
+    def __bool__(self):
+        self.steps += 1
+        return self.steps > 64
+
+
+@pytest.mark.slow
+def test_a_resumed_runs_progress_line_goes_on_from_the_time_its_checkpoint_trained(tmp_path, monkeypatch, capsys):
+    """The checkpoint keeps the seconds the run has trained (at most the wall time of its session); a resumed session's
+    progress line adds its own to them: a checkpoint set by hand to 2 hours ends at 2:00:xx, not 0:00:xx. A checkpoint
+    written before it kept them (no "elapsed") still resumes, from 0."""
+    monkeypatch.chdir(tmp_path)
+    args = cont.Args(env_id="Pendulum-v1", num_steps=64, total_timesteps=128, num_minibatches=2, update_epochs=1,
+                     checkpoint_interval=1, compile=False)  # fmt: skip
+    started = time.monotonic()
+    cont.train(args, StopAfterUpdate1())
+    session = time.monotonic() - started
+    (path,) = glob.glob("runs/*/agent.pt")
+    stopped = torch.load(path, weights_only=True)
+    assert stopped["iteration"] == 1 and 0 < stopped["elapsed"] <= session
+    for elapsed, clock in ((7200.0, "2:00:"), (None, "0:00:")):
+        checkpoint = dict(stopped)
+        if elapsed is None:
+            del checkpoint["elapsed"]  # as written before the field was
+        else:
+            checkpoint["elapsed"] = elapsed
+        torch.save(checkpoint, path)
+        capsys.readouterr()
+        started = time.monotonic()
+        cont.train(cont.Args(resume=path))
+        session = time.monotonic() - started
+        (last,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step 128/128")]
+        assert last.split("  ")[2].startswith(clock), last
+        assert (elapsed or 0.0) < torch.load(path, weights_only=True)["elapsed"] <= (elapsed or 0.0) + session
