@@ -338,7 +338,8 @@ class RunLog:
             left = clock((self.last_step - global_step) / max(sps, 1))
             timing = f"{elapsed} elapsed, {left} left"
             if not steady_steps:  # the first update's line: no steady rate yet
-                timing = f"{elapsed} elapsed (warm-up), time left from the next line"
+                video = " and env 0's video, each of its steps rendered" if self.args.capture_video else ""
+                timing = f"{elapsed} elapsed (warm-up{video}), time left from the next line"
             timing = elapsed if global_step == self.last_step else timing
             print(f"step {global_step}/{self.args.total_timesteps}  SPS {sps}  {timing}  {recent}")
         if self.track and self.args.capture_video:
@@ -362,9 +363,13 @@ def say_what_is_to_come(args, folder, updates, world_size):
     """The line a session starts with (rank 0), as soon as its folder is known: the first update, its warm-up (the
     first rollout, --compile building its graph), can take a minute before the first progress line."""
     compiling = " (--compile builds its graph)" if getattr(args, "compile", False) else ""
+    video = ""
+    if args.capture_video:  # RecordVideo renders every step of the episodes it records (0, 1, 8, 27, ... of env 0)
+        video = ("; --capture-video renders each step of the episodes it records (0, 1, 8, 27, ...), which slows them "
+                 "(MuJoCo without a GPU: minutes for the first update)")  # fmt: skip
     print(
         f"{folder}: {updates} updates of {args.batch_size * world_size} steps to go; the first one warms up{compiling}, "
-        "then a progress line every 10 s",
+        f"then a progress line every 10 s{video}",
         flush=True,
     )
 

@@ -178,3 +178,29 @@ def test_a_run_folder_takes_one_process_at_a_time_and_a_killed_ones_lock_goes_wi
     third.kill()
     third.communicate()
     assert started.startswith("resumed "), started
+
+
+def test_with_capture_video_the_first_lines_say_the_video_is_what_the_warm_up_waits_on(tmp_path, monkeypatch, capsys):
+    """--capture-video: RecordVideo renders each step of env 0's recorded episodes (0, 1, 8, 27, ...), which made
+    HalfCheetah's first update run at 5 SPS, hidden in "(warm-up)": the run's first line says the videos slow those
+    episodes, and the warm-up's progress line names the video beside the warm-up."""
+    monkeypatch.chdir(tmp_path)
+    now = [1000.0]
+    monkeypatch.setattr(ppo_run, "time", SimpleNamespace(time=lambda: now[0]))
+    args = load_script("ppo_continuous_action").Args(total_timesteps=4000, num_steps=400, num_minibatches=8,
+                                                     capture_video=True)  # fmt: skip
+    ppo_run.Run(args, resumed_from=None, rank=0, world_size=1).abandon()
+    assert capsys.readouterr().out == (
+        "runs/Hopper-v5__ppo_continuous_action__1__1000: 10 updates of 400 steps to go; the first one warms up (--compile "
+        "builds its graph), then a progress line every 10 s; --capture-video renders each step of the episodes it "
+        "records (0, 1, 8, 27, ...), which slows them (MuJoCo without a GPU: minutes for the first update)\n"
+    )
+    log = RunLog(args, "runs/run", None, rank=0, world_size=1)
+    log.start(num_envs=1, global_step=0, last_step=4000)
+    now[0] += 80.0
+    log.write(400, {})
+    log.close()
+    assert capsys.readouterr().out == (
+        "step 400/4000  SPS 5  0:01:20 elapsed (warm-up and env 0's video, each of its steps rendered), time left from the "
+        "next line  mean return (last 0) n/a\n"
+    )
