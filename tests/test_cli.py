@@ -177,7 +177,6 @@ BAD_INPUTS = [
     ("ppo", ["--num-minibatches", "3"], "--num-minibatches 3"),
     ("ppo", ["--resume", "corrupt.pt"], "--resume"),
     ("ppo_masked", ["--env-id", "CartPole-v1"], "add --no-mask-actions, or use ppo.py"),
-    ("ppo_masked", ["--env-id", "CartPole-v1", "--no-mask-actions"], "add --vector-env sync"),
     ("ppo_masked", ["--env-id", "Knapsack-v1", "--vector-env", "sync"], "add --vector-env envpool"),
     ("ppo_masked", ["--capture-video"], "add --vector-env sync"),
     ("ppo_masked", ["--env-id", "Pendulum-v1", "--no-mask-actions", "--vector-env", "sync"], "use ppo_continuous_action.py"),
