@@ -22,6 +22,8 @@ whose data are already there are skipped too, so that a matrix can be finished o
 """
 
 import argparse
+import ctypes
+import fcntl
 import json
 import os
 import shlex
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
 
-from report_data import read_csv  # beside this file
+from report_data import link_outside, read_csv, read_run  # beside this file
 from versus import machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,6 +189,10 @@ class PlannedRun:
     def folder(self, out: Path) -> Path:
         return out / self.env_id / self.variant / f"seed{self.seed}"
 
+    @property
+    def key(self):
+        return self.env_id, self.variant, self.seed
+
     def command(self):
         return [
             sys.executable,
@@ -272,12 +278,31 @@ class Batch:
         settings = {run.variant: shlex.join(per_agent_part(run.flags)[1]) for run in self.runs}
         return command + per_agent_part(first.flags)[0] + [f"--setting={name}={flags}" for name, flags in settings.items()]
 
-    def variant_of(self, run_name):
-        """The variant of a run folder the process wrote, runs/<env>__<exp name>[-<variant>]__<seed>__<time>."""
-        if len(self.variants) == 1:
-            return self.variants[0]
-        exp_name = run_name.split("__")[-3]
-        return max((v for v in self.variants if exp_name.endswith(f"-{v}")), key=len)
+    def run_of(self, run_name, by_setting=None):
+        """The run of a run folder the process wrote, runs/<env>__<exp name>[-<variant>]__<seed>__<time>, or None where
+        the name is not one of its runs'. by_setting: whether the process named its runs after their --setting, as one
+        of several variants does (the default: whether this batch has several)."""
+        parts = seed_of(run_name)
+        if parts is None:
+            return None
+        head, seed = parts
+        named = [v for v in self.variants if head.endswith(f"-{v}")]
+        by_setting = len(self.variants) > 1 if by_setting is None else by_setting
+        variant = max(named, key=len, default=None) if by_setting else self.variants[0]
+        return next((run for run in self.runs if (run.variant, run.seed) == (variant, seed)), None)
+
+
+def seed_of(run_name):
+    """(what comes before the seed, the seed) of a run folder's name, <env>__<exp name>__<seed>__<time>[-<k>]; None
+    where it is not of that form. Read from the right: an exp name may end in _ (a variant a_), whose __ then runs into
+    the seed's."""
+    parts = run_name.rsplit("__", 2)
+    if len(parts) != 3 or not parts[2].replace("-", "").isdigit():
+        return None
+    try:
+        return parts[0], int(parts[1])
+    except ValueError:
+        return None
 
 
 def batches(runs):
@@ -427,16 +452,117 @@ def checkpoint_of(folder: Path):
     return found[-1] if found else None
 
 
+def held(run_folder: Path):
+    """Whether a process trains in `run_folder` now: the scripts hold an flock on their run folder while they train
+    (ppo_utils.run.lock_run_folder), which goes with the process however it ends; tried without waiting, and let go."""
+    try:
+        descriptor = os.open(run_folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # gone, or not a folder: nothing trains in it
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without flock (some NFS mounts): nothing to tell
+        return False
+    finally:
+        os.close(descriptor)  # and with it the lock, where this took it
+    return False
+
+
+def live_folders(folder: Path):
+    """The run folders under `folder`/runs/ that a process trains in now (held)."""
+    return [run_folder for run_folder in sorted(folder.glob("runs/*")) if held(run_folder)]
+
+
+def trained_all(folder: Path, total_timesteps):
+    """Whether the run in `folder` (seed<k>) trained all its updates, read from its own files: its checkpoint's counters
+    (those --resume refuses as finished), or without one its logs reaching its budget (benchmark/report.py's rule: less
+    than an iteration short). A finished run whose runner was killed after it exited has no done.json."""
+    checkpoint = checkpoint_of(folder)
+    if checkpoint:
+        import torch  # here alone: most calls of the runner load no checkpoint
+
+        try:
+            saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+            iteration, step, budget = saved["iteration"], saved["global_step"], saved["args"]["total_timesteps"]
+            return iteration > 0 and iteration >= budget // (step // iteration)  # step: iteration updates of all processes
+        except Exception:  # torn, foreign, or counters that no run writes: the script's --resume says which
+            return False
+    logged = read_run(folder)
+    return logged is not None and total_timesteps - logged[3] < max(logged[4], 1)
+
+
+def gather_batch_runs(out: Path, runs):
+    """Moves the run folders a batched process left in its own folder (<out>/<env id>/<variant or first+more>/runs/,
+    where the runner was killed before it moved them) to their runs' folders, so that those are continued or recorded
+    like any other. Returns ({key of a run whose folder a process still trains in: left where it is}, {key of a moved
+    run: the runs its process trained})."""
+    live, agents = set(), {}
+    for env_id in dict.fromkeys(run.env_id for run in runs):
+        env_runs = [run for run in runs if run.env_id == env_id]
+        for folder in [runs.parent for runs in sorted((out / env_id).glob("*/runs"))]:
+            several = "+" in folder.name  # <first>+<more>: its runs named after their settings
+            own = env_runs if several else [run for run in env_runs if run.variant == folder.name]
+            if not own or link_outside(out, folder, []):
+                continue
+            moved, held_runs = move_batch_runs(Batch(own), folder, out, several)
+            live |= {run.key for run in held_runs}
+            agents |= {run.key: len(moved) + len(held_runs) for run in moved}
+    return live, agents
+
+
+def move_batch_runs(batch: Batch, folder: Path, out: Path, by_setting=None):
+    """Moves each run folder of `batch` in `folder`/runs/ to <out>/<env id>/<variant>/seed<k>/runs/, but those a process
+    trains in now and those of other runs; removes runs/ once empty. Returns (the runs moved, those held)."""
+    moved, held_runs = [], []
+    for run_folder in sorted(folder.glob("runs/*")):
+        run = batch.run_of(run_folder.name, by_setting)
+        target = run.folder(out) / "runs" / run_folder.name if run else None
+        if run is None or target.exists():
+            continue
+        if held(run_folder):
+            held_runs.append(run)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(run_folder), str(target))
+        moved.append(run)
+    if (folder / "runs").is_dir() and not any((folder / "runs").iterdir()):
+        (folder / "runs").rmdir()
+    return moved, held_runs
+
+
+def write_record(run: PlannedRun, out: Path, record):
+    (run.folder(out) / "done.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
 # what a script prints when a signal stopped it after saving a checkpoint (ppo_utils.run.STOPPED, which
 # tests/test_runner.py checks it against: this runner imports nothing of the scripts); the script then exits 0
 STOPPED_LINE = "stopped by a signal; continue with:"
 
+
+# done.json's note on a finished run recorded from its own files (trained_all), its runner having been killed after it
+RECOVERED = "finished without done.json: recorded from its files by a later call; its wall time, commit and machine unknown"
 
 RUNNING = set()  # the training processes now running, which a stop of the runner passes on to
 
 
 def interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_runner(runner=os.getpid()):
+    """The training process's preexec_fn: it gets SIGTERM (saves a checkpoint and exits, as when the runner is stopped)
+    when the runner's thread that started it ends, however the runner ends, a SIGKILL too; where the runner is gone
+    already (before the call took effect), it stops at once. Linux alone: elsewhere the children outlive a killed runner."""
+    if LIBC is not None:
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != runner:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def launch(command, folder: Path, stopping: threading.Event, threads):
@@ -449,7 +575,9 @@ def launch(command, folder: Path, stopping: threading.Event, threads):
         log.write(f"$ {shlex.join(command)}\n")
         log.flush()
         start_of_output = log.tell()
-        with subprocess.Popen(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env) as process:
+        with subprocess.Popen(
+            command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_runner
+        ) as process:
             RUNNING.add(process)
             returncode = process.wait()
             RUNNING.discard(process)
@@ -465,8 +593,11 @@ def launch(command, folder: Path, stopping: threading.Event, threads):
 def execute(run: PlannedRun, out: Path, stopping: threading.Event, threads=1):
     """Runs one training process in its folder with `threads` torch threads (the CPUs shared among the workers);
     writes done.json when it completed. Returns (run, seconds, status): done, stopped (by a signal, after saving a
-    checkpoint) or failed. MUJOCO_GL is left as the caller has it: no run renders unless its flags ask to."""
+    checkpoint), failed, or live (another process trains it now: nothing touched). MUJOCO_GL is left as the caller has
+    it: no run renders unless its flags ask to."""
     folder = run.folder(out)
+    if live_folders(folder):
+        return run, 0.0, "live"
     folder.mkdir(parents=True, exist_ok=True)
     command = run.command()
     checkpoint = checkpoint_of(folder)
@@ -480,7 +611,7 @@ def execute(run: PlannedRun, out: Path, stopping: threading.Event, threads=1):
         record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
         if run.peer:  # another project's script
             record["peer"] = str(Path(run.script).name)
-        (folder / "done.json").write_text(json.dumps(record, indent=1) + "\n")
+        write_record(run, out, record)
     return run, seconds, status
 
 
@@ -489,6 +620,8 @@ def execute_batch(batch: Batch, out: Path, stopping: threading.Event, threads=1)
     one); each run's folder is then moved to <out>/<env id>/<variant>/seed<k>/runs/ and gets its done.json, whose
     seconds are the whole process's. The process's output goes to <out>/<env id>/<variant>/output.log."""
     folder = batch.folder(out)
+    if any(live_folders(path) for path in [folder] + [run.folder(out) for run in batch.runs]):
+        return batch, 0.0, "live"
     folder.mkdir(parents=True, exist_ok=True)
     command = batch.command()
     checkpoints = [checkpoint_of(run.folder(out)) for run in batch.runs]
@@ -499,18 +632,12 @@ def execute_batch(batch: Batch, out: Path, stopping: threading.Event, threads=1)
             if path.exists():
                 shutil.rmtree(path)
     returncode, seconds, status, revision = launch(command, folder, stopping, threads)
-    for run_folder in sorted((folder / "runs").glob("*")) if (folder / "runs").exists() else []:
-        seed = int(run_folder.name.split("__")[-2])  # runs/<env>__<exp name>__<seed>__<time>
-        target = out / batch.env_id / batch.variant_of(run_folder.name) / f"seed{seed}" / "runs"
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(run_folder), str(target / run_folder.name))
-    if (folder / "runs").exists() and not any((folder / "runs").iterdir()):
-        (folder / "runs").rmdir()
+    move_batch_runs(batch, folder, out)
     if status == "done":
         record = {"command": shlex.join(batch.command()), "returncode": returncode, "seconds": round(seconds, 1)}
         record |= {"commit": revision, "machine": machine(), "seeds_in_process": len(batch.runs)}  # its agents
         for run in batch.runs:
-            (run.folder(out) / "done.json").write_text(json.dumps(record, indent=1) + "\n")
+            write_record(run, out, record)
     return batch, seconds, status
 
 
@@ -590,22 +717,38 @@ def main(argv=None):
             parser.error(f"--index {options.index}: the matrix has runs 0..{len(runs) - 1}")
         runs = [runs[options.index]]
     todo = [run for run in runs if not (run.folder(out) / "done.json").exists()]
-    pending = len(todo)
-    if options.batch_seeds:
-        todo = batches(todo)
     if options.print_commands:
-        for run in todo:
+        for run in batches(todo) if options.batch_seeds else todo:
             print(f"cd {shlex.quote(str(run.folder(out)))} && {shlex.join(run.command())}")
         return
+    folders = [run.folder(out) for run in todo] + [batch.folder(out) for batch in batches(todo) if isinstance(batch, Batch)]
+    link = next((link for folder in folders if (link := link_outside(out, folder, []))), None)
+    if link:
+        parser.error(f"--out {options.out}: {link} links to {os.readlink(link)}, outside it; the runner writes and "
+                     "removes inside --out alone: put a folder in place of the link")  # fmt: skip
 
     out.mkdir(parents=True, exist_ok=True)
     record, command = out / "command.txt", "python benchmark/run.py " + shlex.join(argv)  # read by benchmark/report.py
     previous = record.read_text().splitlines() if record.exists() else []
     if command not in previous:
         record.write_text("\n".join(previous + [command]) + "\n")
+    live, agents = gather_batch_runs(out, todo)  # a batched process's runs its runner was killed before it moved
+    live |= {run.key for run in todo if live_folders(run.folder(out))}
+    recovered = [run for run in todo if run.key not in live and trained_all(run.folder(out), run.total_timesteps)]
+    for run in recovered:
+        record = {"command": shlex.join(run.command()), "returncode": 0, "seconds": None, "commit": None, "machine": None}
+        record |= {"seeds_in_process": agents[run.key]} if run.key in agents else {}
+        write_record(run, out, record | {"recovered": RECOVERED})
+    todo = [run for run in todo if run.key not in live and run not in recovered]
+    pending = len(todo)
+    if options.batch_seeds:
+        todo = batches(todo)
     print(
-        f"{len(runs)} runs in {out}: {len(runs) - pending} already done, {pending} to run on {options.workers} workers"
+        f"{len(runs)} runs in {out}: {len(runs) - pending - len(live)} already done, {pending} to run on "
+        f"{options.workers} workers"
         + (f" in {len(todo)} processes" if options.batch_seeds else "")
+        + (f"; {len(recovered)} of the done finished without a done.json, recorded now from their files" if recovered else "")
+        + (f"; {len(live)} trained by another process now, left alone" if live else "")
         + (f"; {committed} more skipped: their data are in the results folder already" if committed else "")
     )
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background, which ignores it
@@ -621,11 +764,14 @@ def main(argv=None):
                 run, seconds, status = future.result()
                 finished += 1
                 durations.append(seconds)
-                if status != "done" and not stopping.is_set():
+                if status == "live":  # started since this call looked: by another runner on the same --out
+                    live |= {one.key for one in getattr(run, "runs", [run])}
+                elif status != "done" and not stopping.is_set():
                     unfinished.append(run)
                 remaining = len(todo) - finished
                 eta = sum(durations) / len(durations) * -(-remaining // options.workers)  # rounds of runs still to come
                 said = {"failed": f"FAILED (see {run.folder(out) / 'output.log'})", "stopped": "STOPPED by a signal"}
+                said["live"] = "LEFT ALONE: another process trains it now"
                 print(
                     f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {said.get(status, status)} "
                     f"in {seconds:.0f} s; about {eta / 60:.0f} min left",
@@ -643,6 +789,11 @@ def main(argv=None):
         raise SystemExit(
             f"error: {len(unfinished)} of {len(todo)} runs failed or were stopped; their output.log says why, and the "
             "same command runs them again (a stopped run continues from its checkpoint)"
+        )
+    if live:
+        raise SystemExit(
+            f"error: {len(live)} runs are trained by another process now (it holds their run folders); run the same "
+            "command again once it has ended, which continues or records them"
         )
     print(f"all {len(runs)} runs done; summarize them with: python benchmark/report.py {out}")
 

@@ -387,8 +387,8 @@ def test_batch_seeds_puts_the_variants_a_setting_tells_apart_in_one_process():
     assert command[2:9] == ["--env-id", "Hopper-v5", "--seeds", "1", "2", "3", "--total-timesteps"]
     assert [word for word in command if word.startswith("--setting=")] == [f"--setting={n}={f}" for n, f in run.TABLE1.items()]
     assert found[0].folder(Path("out")) == Path("out/Hopper-v5/unclipped+10")
-    assert found[0].variant_of("Hopper-v5__ppo_continuous_action_seeds-kl-fixed-10__3__17") == "kl-fixed-10"
-    assert found[0].variant_of("Hopper-v5__ppo_continuous_action_seeds-kl-fixed-1__3__17") == "kl-fixed-1"
+    assert found[0].run_of("Hopper-v5__ppo_continuous_action_seeds-kl-fixed-10__3__17").key == ("Hopper-v5", "kl-fixed-10", 3)
+    assert found[0].run_of("Hopper-v5__ppo_continuous_action_seeds-kl-fixed-1__3__17").key == ("Hopper-v5", "kl-fixed-1", 3)
 
     variants = run.ablations("ppo_continuous_action.py")
     ablation = [run.PlannedRun("ppo_continuous_action.py", "Hopper-v5", name, seed, 10**6, shlex.split(flags))
@@ -476,7 +476,7 @@ def test_a_name_that_leads_outside_out_is_one_line_before_anything_is_touched(tm
 
 
 @pytest.mark.parametrize("inside", ["", "x"], ids=["the-folder", "a-new-folder-in-it"])
-def test_an_out_it_cannot_write_is_one_line(read_only_folder, inside):
+def test_an_out_it_cannot_write_is_one_line(read_only_folder, inside):  # noqa: F811 (the fixture)
     result = runner(*TINY, "--out", str(read_only_folder / inside), "--workers", "1")
     why = "Permission denied" if os.geteuid() != 0 else "Read-only file system"
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
@@ -501,3 +501,150 @@ def test_a_results_folder_whose_runs_csv_is_damaged_is_one_line(tmp_path, table,
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.startswith(f"error: {tmp_path / 'results' / 'data' / 'runs.csv'}: line {line} ")
     assert "--results" in result.stderr and not (tmp_path / "x").exists()
+
+
+def children(pid):
+    """The pids of a process's children (those of all its threads: the runner's worker threads start its runs)."""
+    return [int(child) for task in Path(f"/proc/{pid}/task").glob("*/children") for child in task.read_text().split()]
+
+
+@pytest.mark.slow
+def test_a_sigkilled_runners_batch_stops_with_it_and_the_same_command_continues_it(tmp_path):
+    """The issue's case: a --batch-seeds runner killed with SIGKILL while its process trains seeds 1 and 2 (their run
+    folders still in the process's own folder, <out>/Pendulum-v1/default/runs/). The process does not outlive it: it
+    gets SIGTERM, saves its checkpoints and exits. The same command then moves the two runs to their seeds' folders
+    and continues them from those checkpoints to the end, deleting neither: each seed has the one run folder it had."""
+    out = tmp_path / "out"
+    args = ["--script", "ppo_continuous_action.py", "--env-ids", "Pendulum-v1", "--seeds", "1", "2", "--total-timesteps"]
+    args += ["12800", "--batch-seeds", "--workers", "1", "--out", str(out), "--flags"]
+    args += ["--num-steps 64 --num-minibatches 2 --update-epochs 1 --no-compile --checkpoint-interval 5"]
+    runner_process = subprocess.Popen([sys.executable, str(ROOT / "benchmark" / "run.py"), *args], cwd=ROOT,
+                                      stdout=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    task = out / "Pendulum-v1" / "default"
+    deadline = time.time() + 300
+    while len(list(task.glob("runs/*/agent.pt"))) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    (training,) = children(runner_process.pid)
+    names = sorted(path.name for path in task.glob("runs/*"))
+    runner_process.kill()
+    runner_process.wait()
+    gone_by = time.time() + 30  # a stop saves and exits within seconds
+    try:
+        while Path(f"/proc/{training}").exists() and Path(f"/proc/{training}/stat").read_text().split()[2] != "Z":
+            assert time.time() < gone_by, "the training process outlived its runner"
+            time.sleep(0.2)
+    finally:
+        if Path(f"/proc/{training}").exists():
+            os.kill(training, signal.SIGKILL)
+    assert len(names) == 2 and "stopped by a signal" in (task / "output.log").read_text()
+
+    again = runner(*args)
+    assert again.returncode == 0 and "seed 1 2: done" in again.stdout, again.stdout + again.stderr
+    log = (task / "output.log").read_text()
+    assert "--resume" in log and log.count("step 12800/12800") == 2
+    assert sorted(path.name for seed in (1, 2) for path in (task / f"seed{seed}").glob("runs/*")) == names
+    assert not (task / "runs").exists() and all((task / f"seed{seed}" / "done.json").exists() for seed in (1, 2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batched", [False, True], ids=["a-run", "a-batch"])
+def test_a_run_another_process_trains_is_left_alone(tmp_path, batched):
+    """A run folder whose flock another process holds (a script training in it: a second runner's, or one that outlived
+    its runner) is live: the runner neither empties it nor starts the run, says so and exits 1. Where it is, the run's
+    own folder or a batched process's (<out>/<env>/<variant>/runs/), does not matter."""
+    out = tmp_path / "x"
+    task = out / "InvertedPendulum-v5" / "default"
+    folder = task / "runs" / "InvertedPendulum-v5__ppo_continuous_action_seeds__1__17" if batched else (
+        task / "seed1" / "runs" / "InvertedPendulum-v5__ppo_continuous_action__1__17")  # fmt: skip
+    folder.mkdir(parents=True)
+    (folder / "events.out.tfevents.17.host").write_bytes(b"being written")
+    lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    import fcntl
+
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        before = tree(out)
+        result = runner(*TINY, "--seeds", "1", "--out", str(out), "--workers", "1", *(["--batch-seeds"] if batched else []))
+        assert result.returncode == 1 and "1 trained by another process now, left alone" in result.stdout, result.stdout
+        assert result.stderr.strip().splitlines() == [
+            "error: 1 runs are trained by another process now (it holds their run folders); run the same command again "
+            "once it has ended, which continues or records them"
+        ]
+        assert {path: content for path, content in tree(out).items() if path != "command.txt"} == before
+    finally:
+        os.close(lock)
+
+
+@pytest.mark.slow
+def test_a_finished_run_without_done_json_is_recorded_from_its_files_and_not_run_again(tmp_path):
+    """A runner killed after its runs exited leaves them without done.json. One with a checkpoint of its last update
+    (--save-model, the default), whose --resume would refuse it as finished, and one without (--no-save-model), whose
+    logs reach its budget: the same command records both from their files, trains nothing (their folders and
+    output.log as they were) and the report reads both."""
+    out = tmp_path / "x"
+    args = [*TINY, "--seeds", "1", "--variant", "saved=", "--variant", "unsaved=--no-save-model", "--out", str(out)]
+    first = runner(*args, "--workers", "2")
+    assert first.returncode == 0, first.stdout + first.stderr
+    task = out / "InvertedPendulum-v5"
+    for variant in ("saved", "unsaved"):
+        (task / variant / "seed1" / "done.json").unlink()
+    assert [len(list((task / v / "seed1").glob("runs/*/agent.pt"))) for v in ("saved", "unsaved")] == [1, 0]
+    before = tree(task)
+    again = runner(*args, "--workers", "2")
+    assert again.returncode == 0 and "2 already done, 0 to run" in again.stdout, again.stdout + again.stderr
+    assert "2 of the done finished without a done.json, recorded now from their files" in again.stdout
+    after = tree(task)
+    for variant in ("saved", "unsaved"):
+        record = json.loads(after.pop(f"{variant}/seed1/done.json"))
+        assert record["returncode"] == 0 and "--seed 1 --total-timesteps 2048" in record["command"]
+        assert record["recovered"].startswith("finished without done.json")
+    assert after == before
+    tables = report_data.read_runs_folder(out)
+    assert sorted(tables.runs["variant"]) == ["saved", "unsaved"]
+
+
+def test_a_batch_tells_the_run_of_a_folder_whose_variant_ends_in_an_underscore():
+    """A variant a_ names its runs <env>__<exp name>-a___<seed>__<time>: its __ runs into the seed's, which is then read
+    from the right. A name of no run of the batch is none of its runs."""
+    a, b = (run.PlannedRun("ppo_continuous_action.py", "Hopper-v5", name, 1, 2048) for name in ("a_", "b"))
+    batch = run.Batch([a, b])
+    assert batch.run_of("Hopper-v5__ppo_continuous_action_seeds-a___1__1700000000") is a
+    assert batch.run_of("Hopper-v5__ppo_continuous_action_seeds-b__1__1700000000-2") is b
+    for other in ("Hopper-v5__ppo_continuous_action_seeds-b__2__17", "Hopper-v5__ppo_continuous_action_seeds-c__1__17",
+                  "notes", "Hopper-v5__ppo_continuous_action_seeds-b__one__17"):  # fmt: skip
+        assert batch.run_of(other) is None
+    alone = run.Batch([b])  # one variant: its process names no setting, unless told it did (a <first>+<more> folder's)
+    assert alone.run_of("Hopper-v5__ppo_continuous_action_seeds__1__17") is b
+    assert alone.run_of("Hopper-v5__ppo_continuous_action_seeds-a___1__17", by_setting=True) is None
+
+
+@pytest.mark.slow
+def test_runner_batch_seeds_with_a_variant_ending_in_an_underscore_puts_its_runs_in_place(tmp_path):
+    """The issue's case: variants a_ and b of --clip-coef trained in one process; each run ends in its own folder with its
+    done.json, none left in the process's folder."""
+    out = tmp_path / "x"
+    variants = ["--variant", "a_=--clip-coef 0.1", "--variant", "b=--clip-coef 0.3"]
+    result = runner(*TINY, "--seeds", "1", *variants, "--batch-seeds", "--out", str(out), "--workers", "1")
+    assert result.returncode == 0 and "in 1 processes" in result.stdout, result.stdout + result.stderr
+    task = out / "InvertedPendulum-v5"
+    for variant in ("a_", "b"):
+        (folder,) = (task / variant / "seed1").glob("runs/*")
+        assert folder.name.split("__")[1] == f"ppo_continuous_action_seeds-{variant}".rstrip("_")
+        assert json.loads((task / variant / "seed1" / "done.json").read_text())["seeds_in_process"] == 2
+    assert not (task / "a_+1" / "runs").exists()
+
+
+def test_a_link_that_leads_outside_out_is_one_line_before_anything_is_touched(tmp_path):
+    """<out>/<env id> a link to a folder elsewhere: the runner would make, empty and write run folders there. It refuses
+    in one line naming the link; what is outside stays as it was, and nothing is written in --out."""
+    (tmp_path / "elsewhere" / "default" / "seed1" / "runs" / "x").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "InvertedPendulum-v5").symlink_to(tmp_path / "elsewhere")
+    before = tree(tmp_path)
+    result = runner(*TINY, "--seeds", "1", "--out", str(tmp_path / "out"), "--workers", "1")
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"run.py: error: --out {tmp_path / 'out'}: {tmp_path / 'out' / 'InvertedPendulum-v5'} links to "
+        f"{tmp_path / 'elsewhere'}, outside it; the runner writes and removes inside --out alone: put a folder in place "
+        "of the link"
+    ), result.stderr
+    assert tree(tmp_path) == before
