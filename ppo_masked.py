@@ -27,7 +27,7 @@ from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import all_ranks_mean, average_gradients, broadcast_parameters
 from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
 from ppo_utils.envpool_backend import EnvpoolTasks
-from ppo_utils.flag_checks import ArgError, check_args, envpool_task
+from ppo_utils.flag_checks import ArgError, check_action_mask, check_args, envpool_task
 from ppo_utils.run import Run, main
 
 
@@ -108,92 +108,14 @@ class Args:
 
     def check(self, world_size: int, kind: str):
         """How this script's flags fit together (ppo_utils.flag_checks.check_args checks what every script's must), and
-        what the env gives as actions and mask (check_mask)."""
+        the env's action mask against D1's contract (ppo_utils.flag_checks.check_action_mask)."""
         if (self.vector_env == "envpool") != envpool_task(self.env_id):
             fix = "--vector-env envpool" if envpool_task(self.env_id) else "--vector-env sync (envpool makes its tasks only)"
             raise ArgError(f"--env-id {self.env_id} with --vector-env {self.vector_env}: add {fix}")
         if self.vector_env == "envpool" and self.capture_video:
             raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
         if self.mask_actions:
-            self.check_mask(kind)
-
-    def check_mask_key(self):
-        """D1, before check_args, which calls dict observations without an "action_mask" ones no script takes: a mask
-        under another key ("mask", "legal_actions", ...) is ArgError naming the key to use. An env that cannot be made is
-        left to check_args to explain."""
-        if self.vector_env == "envpool" or not self.mask_actions:
-            return
-        try:
-            env = gym.make(self.env_id, disable_env_checker=True)
-        except (Exception, SystemExit):
-            return
-        space = env.observation_space
-        env.close()
-        if isinstance(space, gym.spaces.Dict) and "action_mask" not in space.spaces:
-            named = [key for key in space if any(word in key.lower() for word in ("mask", "legal", "valid", "avail"))]
-            if named:
-                raise ArgError(f"--env-id {self.env_id} gives its dict observations a {named[0]!r} entry; ppo_masked.py "
-                               "reads the action mask under 'action_mask': rename the key")  # fmt: skip
-
-    def check_mask(self, kind: str):
-        """D1, D2: the mask contract (docs/flags.md#your-own-environment). The mask is a dict observation's "action_mask"
-        or, as sb3-contrib's MaskablePPO reads it, the env's action_masks() method (make_envs puts it into the
-        observation); booleans or 0/1 integers, one per choice of each action component (Discrete(n): n), or for a
-        MultiDiscrete's dict entry one joint grid of all their combinations; the choices count from 0. A gymnasium env's
-        space and first observation are checked here (ArgError in one line naming what it gave); a joint grid is taken,
-        with a note that it is enforced per component."""
-        from_method = kind != "masked"  # no "action_mask" entry: sb3-contrib's action_masks() method, or no mask at all
-        if self.vector_env == "envpool":  # envpool's tasks keep the contract: only a joint mask (Tetris') to note
-            envs = EnvpoolTasks(self.env_id, num_envs=1, seed=self.seed)
-            action_space, space = envs.single_action_space, envs.single_observation_space["action_mask"]
-            mask = np.zeros(space.shape, space.dtype)  # its size and type: the values are of no matter here
-            envs.close()
-        else:
-            env = gym.make(self.env_id, disable_env_checker=True)  # gymnasium's checker would warn of the faults named here
-            if from_method and not env.has_wrapper_attr("action_masks"):
-                raise ArgError(
-                    f"--env-id {self.env_id} gives no action mask; give its dict observations an 'action_mask' entry or "
-                    "the env an action_masks() method (sb3-contrib's), or add --no-mask-actions, or use ppo.py"
-                )
-            obs, _ = env.reset(seed=self.seed)
-            action_space = env.action_space
-            mask = np.asarray(env.get_wrapper_attr("action_masks")() if from_method else obs["action_mask"])
-            declared = None if from_method else env.observation_space["action_mask"]
-            env.close()
-            if declared is not None and declared.shape != mask.shape:  # the vector env would fail to batch it
-                raise ArgError(f"--env-id {self.env_id} gives an action mask of shape {mask.shape} where its observation "
-                               f"space says {declared}; make them agree")  # fmt: skip
-        nvec = np.array([action_space.n]) if isinstance(action_space, gym.spaces.Discrete) else action_space.nvec
-        if nvec.ndim != 1:  # D2's components are one row
-            raise ArgError(
-                f"--env-id {self.env_id} has {nvec.ndim}-D MultiDiscrete({nvec.tolist()}) actions; ppo_masked.py takes one "
-                f"row of components: give the env MultiDiscrete({nvec.ravel().tolist()}) and reshape the action in it"
-            )
-        if np.any(action_space.start != 0):  # D1: the mask's entry j is choice j, and the agent sends j
-            raise ArgError(
-                f"--env-id {self.env_id} has {action_space} actions; ppo_masked.py counts each component's choices "
-                "from 0, as the mask's entries: give the space start 0 and add the start to the action in the env"
-            )
-        sizes, wanted = [nvec.sum()], f"{nvec.sum()} flags, one per action"
-        if len(nvec) > 1 and not from_method:  # action_masks() is flat, as sb3-contrib's MaskablePPO reads it
-            sizes.append(nvec.prod())
-            wanted = f"{' + '.join(map(str, nvec))} = {nvec.sum()} flags (each component's choices in turn) or a joint "
-            wanted += f"{' x '.join(map(str, nvec))} grid of {nvec.prod()}"
-        if mask.size not in sizes:
-            raise ArgError(f"--env-id {self.env_id} gives an action mask of {mask.size} entries for {action_space} "
-                           f"actions; give {wanted}")  # fmt: skip
-        if mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():  # 0.3 and NaN would read as valid
-            raise ArgError(
-                f"--env-id {self.env_id} gives a {mask.dtype} action mask (values {np.unique(mask)[:4]}); give booleans "
-                "(True: valid) or 0/1 integers, as gymnasium's MultiBinary"
-            )
-        if mask.size != nvec.sum():
-            print(
-                f"note: --env-id {self.env_id} gives one joint {' x '.join(map(str, nvec))} action mask; D2 draws each "
-                "component on its own, so the mask is enforced per component (each keeps the choices some allowed "
-                "joint action has) and a joint action it forbids can still be sent",
-                file=sys.stderr,
-            )
+            check_action_mask(self, kind)
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -455,7 +377,6 @@ def train(args: Args, stop_signals=()):
     Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
     current env step, saves a checkpoint, closes everything and returns."""
     args, checkpoint = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
-    args.check_mask_key()  # D1: a mask under another key, whose dict observations check_args would refuse unexplained
     check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
     rank, world_size, device = distributed_setup(args.cuda)  # X2: torchrun's process group; rank r on GPU r of its node
     run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder, logs

@@ -6,6 +6,7 @@ here: a rule only refuses values."""
 
 import importlib
 import os
+import sys
 import sysconfig
 import traceback
 import warnings
@@ -153,6 +154,13 @@ def env_kind(env_id):
     if isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and masked:
         check_flat(env_id, observation_space)
         return "masked", type(action_space).__name__
+    if isinstance(observation_space, gym.spaces.Dict):  # an action mask under another key: say the one ppo_masked.py reads
+        named = [key for key in observation_space if any(word in key.lower() for word in ("mask", "legal", "valid", "avail"))]
+        if named:
+            raise ArgError(
+                f"--env-id {env_id} gives its dict observations a {named[0]!r} entry; ppo_masked.py reads the action mask "
+                "under 'action_mask': rename the key"
+            )
     observations = type(observation_space).__name__ + str(getattr(observation_space, "shape", None) or "")
     raise ArgError(
         f"--env-id {env_id} has {observations} observations and a {type(action_space).__name__} action space, which "
@@ -429,3 +437,69 @@ def gl_trouble(what, error):
         f"MuJoCo cannot {what} with MUJOCO_GL={os.environ['MUJOCO_GL']} here ({type(error).__name__}: {reason}); "
         "set MUJOCO_GL=osmesa (apt install libosmesa6) or MUJOCO_GL=egl (apt install libegl1)"
     )
+
+
+def check_action_mask(args, kind):
+    """ppo_masked.py's D1 and D2 contract (docs/flags.md#your-own-environment), checked on one env made for it: the mask is
+    a dict observation's "action_mask" or, as sb3-contrib's MaskablePPO reads it, the env's action_masks() method (the
+    script's make_envs puts it into the observation); booleans or 0/1 integers, one per choice of each action component
+    (Discrete(n): n), or for a MultiDiscrete's dict entry one joint grid of all their combinations; the choices count
+    from 0. ArgError in one line naming what the env gave; a joint grid is taken, with a note that it is enforced per
+    component. `kind`: env_kind's ("masked": the mask is a dict entry)."""
+    from_method = kind != "masked"  # no "action_mask" entry: sb3-contrib's action_masks() method, or no mask at all
+    if args.vector_env == "envpool":  # envpool's tasks keep the contract: only a joint mask (Tetris') to note
+        from .envpool_backend import EnvpoolTasks
+
+        envs = EnvpoolTasks(args.env_id, num_envs=1, seed=args.seed)
+        action_space, space = envs.single_action_space, envs.single_observation_space["action_mask"]
+        mask = np.zeros(space.shape, space.dtype)  # its size and type: the values are of no matter here
+        envs.close()
+    else:
+        env = gym.make(args.env_id, disable_env_checker=True)  # gymnasium's checker would warn of the faults named here
+        if from_method and not env.has_wrapper_attr("action_masks"):
+            raise ArgError(
+                f"--env-id {args.env_id} gives no action mask; give its dict observations an 'action_mask' entry or "
+                "the env an action_masks() method (sb3-contrib's), or add --no-mask-actions, or use ppo.py"
+            )
+        obs, _ = env.reset(seed=args.seed)
+        action_space = env.action_space
+        mask = np.asarray(env.get_wrapper_attr("action_masks")() if from_method else obs["action_mask"])
+        declared = None if from_method else env.observation_space["action_mask"]
+        env.close()
+        if declared is not None and declared.shape != mask.shape:  # the vector env would fail to batch it
+            raise ArgError(
+                f"--env-id {args.env_id} gives an action mask of shape {mask.shape} where its observation space says "
+                f"{declared}; make them agree"
+            )
+    nvec = np.array([action_space.n]) if isinstance(action_space, gym.spaces.Discrete) else action_space.nvec
+    if nvec.ndim != 1:  # D2's components are one row
+        raise ArgError(
+            f"--env-id {args.env_id} has {nvec.ndim}-D MultiDiscrete({nvec.tolist()}) actions; ppo_masked.py takes one "
+            f"row of components: give the env MultiDiscrete({nvec.ravel().tolist()}) and reshape the action in it"
+        )
+    if np.any(action_space.start != 0):  # D1: the mask's entry j is choice j, and the agent sends j
+        raise ArgError(
+            f"--env-id {args.env_id} has {action_space} actions; ppo_masked.py counts each component's choices from 0, "
+            "as the mask's entries: give the space start 0 and add the start to the action in the env"
+        )
+    sizes, wanted = [nvec.sum()], f"{nvec.sum()} flags, one per action"
+    if len(nvec) > 1 and not from_method:  # action_masks() is flat, as sb3-contrib's MaskablePPO reads it
+        sizes.append(nvec.prod())
+        wanted = f"{' + '.join(map(str, nvec))} = {nvec.sum()} flags (each component's choices in turn) or a joint "
+        wanted += f"{' x '.join(map(str, nvec))} grid of {nvec.prod()}"
+    if mask.size not in sizes:
+        raise ArgError(
+            f"--env-id {args.env_id} gives an action mask of {mask.size} entries for {action_space} actions; give {wanted}"
+        )
+    if mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():  # 0.3 and NaN would read as valid
+        raise ArgError(
+            f"--env-id {args.env_id} gives a {mask.dtype} action mask (values {np.unique(mask)[:4]}); give booleans "
+            "(True: valid) or 0/1 integers, as gymnasium's MultiBinary"
+        )
+    if mask.size != nvec.sum():
+        print(
+            f"note: --env-id {args.env_id} gives one joint {' x '.join(map(str, nvec))} action mask; D2 draws each "
+            "component on its own, so the mask is enforced per component (each keeps the choices some allowed joint "
+            "action has) and a joint action it forbids can still be sent",
+            file=sys.stderr,
+        )
