@@ -414,6 +414,7 @@ def train(args: Args, stop_signals=()):
 
     next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
     next_obs, next_mask = observe(envs, next_obs, agent.nvec, args.mask_actions)  # D1, D3
+    run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
     next_obs, next_mask = torch.as_tensor(next_obs, device=device), torch.as_tensor(next_mask, device=device)
     next_done = torch.zeros(args.num_envs)
 
