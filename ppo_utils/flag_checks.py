@@ -457,6 +457,7 @@ def check_action_mask(args, kind):
     else:
         env = gym.make(args.env_id, disable_env_checker=True)  # gymnasium's checker would warn of the faults named here
         if from_method and not env.has_wrapper_attr("action_masks"):
+            env.close()
             raise ArgError(
                 f"--env-id {args.env_id} gives no action mask; give its dict observations an 'action_mask' entry or "
                 "the env an action_masks() method (sb3-contrib's), or add --no-mask-actions, or use ppo.py"
