@@ -291,9 +291,10 @@ class RunLog:
         self.warm = None  # (step, time) at the end of the first update, where the steady rate is measured from
         self.episode_steps = np.zeros(num_envs, dtype=np.int64)
 
-    def elapsed(self):
-        """The seconds the run has trained: this session's, and at a resume its earlier sessions' (its checkpoint's)."""
-        return self.elapsed_before + time.time() - self.start_time
+    def elapsed(self, now=None):
+        """The seconds the run has trained until `now` (default: now): this session's, and at a resume its earlier
+        sessions' (its checkpoint's)."""
+        return self.elapsed_before + (time.time() if now is None else now) - self.start_time
 
     def record_episodes(self, infos, global_step):
         """Keeps the return and length of the episodes that ended in this env step, for the next log(). The length
@@ -334,7 +335,7 @@ class RunLog:
             # the steady rate, after the warm-up: with it counted, the time left came out 5-10 times too long
             steady_steps, steady_time = global_step - self.warm[0], now - self.warm[1]
             sps = int(steady_steps / max(steady_time, 1e-9)) if steady_steps else self.sps
-            elapsed = clock(self.elapsed_before + now - self.start_time)  # a resumed run's earlier sessions too
+            elapsed = clock(self.elapsed(now))  # a resumed run's earlier sessions too
             left = clock((self.last_step - global_step) / max(sps, 1))
             timing = f"{elapsed} elapsed, {left} left"
             if not steady_steps:  # the first update's line: no steady rate yet
