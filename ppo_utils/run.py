@@ -257,9 +257,13 @@ def stop_on_signals():
     return stop_signals
 
 
+# the seconds between two progress lines; benchmark/tune.py reads a trial's returns on the way from them, more often
+PROGRESS_SECONDS = float(os.environ.get("PPO_PROGRESS_SECONDS", 10))
+
+
 class RunLog:
     """What a run reports, on rank 0 (X2: the other ranks pass their episodes to it): TensorBoard scalars, wandb with
-    --track (and its videos), the episodes that ended, the SPS and a progress line every 10 s."""
+    --track (and its videos), the episodes that ended, the SPS and a progress line every PROGRESS_SECONDS."""
 
     def __init__(self, args, folder, video_folder, rank, world_size, resumed_from=None, stop_signals=()):
         self.args, self.video_folder, self.rank, self.world_size = args, video_folder, rank, world_size
@@ -306,7 +310,7 @@ class RunLog:
 
     def write(self, global_step, scalars):
         """Writes the update's scalars, the episodes that ended since the last call (of all ranks) and the SPS; prints
-        a progress line every 10 s; sends finished videos to wandb."""
+        a progress line every PROGRESS_SECONDS; sends finished videos to wandb."""
         episodes, self.episodes = self.episodes, []
         if self.world_size > 1:
             gathered = [None] * self.world_size
@@ -328,7 +332,7 @@ class RunLog:
             self.writer.add_scalar("charts/SPS", self.sps, global_step)
         except OSError as e:
             raise LogWriteError(e.errno, e.strerror) from None
-        if (now - self.last_print > 10 or global_step == self.last_step) and not len(self.stop_signals):
+        if (now - self.last_print > PROGRESS_SECONDS or global_step == self.last_step) and not len(self.stop_signals):
             self.last_print = now  # (no line once a stop is asked: "stopping:" is the last word until it is done)
             mean_return = f"{np.mean(self.recent_returns):.1f}" if self.recent_returns else "n/a"
             recent = f"mean return (last {len(self.recent_returns)}) {mean_return}"
@@ -370,7 +374,7 @@ def say_what_is_to_come(args, folder, updates, world_size):
                  "(MuJoCo without a GPU: minutes for the first update)")  # fmt: skip
     print(
         f"{folder}: {updates} updates of {args.batch_size * world_size} steps to go; the first one warms up{compiling}, "
-        f"then a progress line every 10 s{video}",
+        f"then a progress line every {PROGRESS_SECONDS:g} s{video}",
         flush=True,
     )
 
