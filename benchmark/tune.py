@@ -59,7 +59,18 @@ from pathlib import Path
 import numpy as np
 
 from report_data import read_run  # beside this file
-from run import RUNNING, Batch, PlannedRun, execute, execute_batch, folder_name, gather_batch_runs, interrupt, per_agent_part
+from run import (
+    RUNNING,
+    Batch,
+    PlannedRun,
+    checkpoint_of,
+    execute,
+    execute_batch,
+    folder_name,
+    gather_batch_runs,
+    interrupt,
+    per_agent_part,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ["ppo.py", "ppo_continuous_action.py", "ppo_atari.py", "ppo_rnn.py", "ppo_rnn_continuous_action.py",
@@ -240,9 +251,12 @@ def open_storage(url, out: Path):
             return optuna.storages.JournalStorage(backend)
         return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as e:  # sqlalchemy's, a driver's, the file system's: one line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        refuse(f"--storage {url}: cannot open it ({first}); pass a journal file path or a URL Optuna opens "
+        refuse(f"--storage {url}: cannot open it ({first_line(e)}); pass a journal file path or a URL Optuna opens "
                "(sqlite:///study.db, postgresql://user:password@host/db)")  # fmt: skip
+
+
+def first_line(error):
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def study_spec(options, space):
@@ -259,14 +273,20 @@ def join_study(options, space, storage, sampler, pruner):
 
     spec = study_spec(options, space)
     try:
-        study = optuna.create_study(storage=storage, study_name=options.study, direction="maximize", sampler=sampler,
-                                    pruner=pruner)  # fmt: skip
-        study.set_user_attr(SPACE_KEY, spec)
-        for slot in range(options.trials):
-            study.enqueue_trial({}, user_attrs={"slot": slot})  # the trial cap: a worker takes a waiting trial, or none
-        study.set_user_attr(CAP_KEY, options.trials)
-        return study, True
-    except optuna.exceptions.DuplicatedStudyError:
+        exists = options.study in optuna.get_all_study_names(storage)
+    except Exception as e:  # a file that is no journal, a database without Optuna's tables
+        refuse(f"--storage {options.storage or 'its journal'}: cannot read its studies ({first_line(e)}); pass another")
+    try:
+        if not exists:  # checked first, so that joining writes nothing where the study turns out to differ
+            study = optuna.create_study(storage=storage, study_name=options.study, direction="maximize", sampler=sampler,
+                                        pruner=pruner)  # fmt: skip
+            study.set_user_attr(SPACE_KEY, spec)
+            study.set_user_attr("tune:command", shlex.join(["python", "benchmark/tune.py", *options.argv]))  # its creator's
+            for slot in range(options.trials):
+                study.enqueue_trial({}, user_attrs={"slot": slot})  # the trial cap: a worker takes a waiting one, or none
+            study.set_user_attr(CAP_KEY, options.trials)
+            return study, True
+    except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
         pass
     study = optuna.load_study(study_name=options.study, storage=storage, sampler=sampler, pruner=pruner)
     for _ in range(600):  # its creator is still queueing the trials
@@ -356,6 +376,20 @@ class TrialRun:
         return f"trial-{self.slot}"
 
 
+def saved_update(runs, out):
+    """The update every run of `runs` was last saved at (their checkpoints'); None where none has begun, "some" where
+    only some have a checkpoint (their process starts them all over)."""
+    import torch
+
+    checkpoints = [checkpoint_of(run.folder(out)) for run in runs]
+    if not any(checkpoints) and not any((run.folder(out) / "runs").exists() for run in runs):
+        return None
+    if not all(checkpoints):
+        return "some"
+    updates = {torch.load(path, map_location="cpu", weights_only=True)["iteration"] for path in checkpoints}
+    return updates.pop() if len(updates) == 1 else "some"
+
+
 class Worker:
     """One tuner process: takes waiting trials, trains them (--workers processes at a time), reports and tells."""
 
@@ -420,10 +454,9 @@ class Worker:
             self.pending += [run for one in taken for run in one.runs]
             return
         groups = {}
-        for one in taken:
-            interrupted = any((run.folder(self.out) / "runs").exists() for run in one.runs)
-            key = ("alone", one.slot) if interrupted else tuple(per_agent_part(one.words)[0])
-            groups.setdefault(key, []).extend(one.runs)
+        for one in taken:  # an interrupted trial continues with others saved at the same update (--resume's rule)
+            key = (saved_update(one.runs, self.out), tuple(per_agent_part(one.words)[0]))
+            groups.setdefault(key if key[0] != "some" else one.slot, []).extend(one.runs)
         self.pending += [Batch(runs) for runs in groups.values()]
 
     def run_words(self):
@@ -709,8 +742,14 @@ def write_report(results: Path, study):
     flags = best.user_attrs["flags"]
     text = f"""# Tuning {spec["script"]} on {spec["env_id"]}
 
-{len(complete)} trials completed, {pruned} pruned, {failed} failed (of {study.user_attrs[CAP_KEY]}); each trial trained
-seeds {" ".join(map(str, spec["seeds"]))} for {spec["total_timesteps"]} steps with `{spec["flags"] or "(no common flags)"}`; its
+Produced by (the study's first worker; more join it with the same command):
+
+```bash
+{study.user_attrs.get("tune:command", "")}
+```
+
+{len(complete)} trials completed, {pruned} pruned, {failed} failed (of {study.user_attrs[CAP_KEY]}); each trial trained seeds
+{" ".join(map(str, spec["seeds"]))} for {spec["total_timesteps"]} steps with `{spec["flags"] or "(no common flags)"}`; its
 value is the mean over its seeds of each run's mean return over its last {spec["last"]} episodes.
 
 The space: {", ".join(f"`{d}`" for d in spec["space"])}.
@@ -766,7 +805,13 @@ def make_pruner(options):
 
 def slurm_script(options, argv):
     """A Slurm array job of --slurm-workers tuner processes joining the study (its storage must reach them all)."""
-    arguments = [a for a in argv if a not in ("--slurm", options.slurm) and not a.startswith("--slurm=")]
+    arguments, words = [], list(argv)
+    while words:  # all but --slurm and --slurm-workers, which are the job's
+        word = words.pop(0)
+        if word in ("--slurm", "--slurm-workers"):
+            words.pop(0)
+        elif not word.startswith(("--slurm=", "--slurm-workers=")):
+            arguments.append(word)
     worker = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
     return (
         "#!/bin/bash\n"
@@ -816,6 +861,7 @@ def main(argv=None):
     parser.add_argument("--slurm-workers", type=int, default=4, help="tuner processes of the --slurm array job")
     parser.add_argument("--report", metavar="RESULTS", help="rebuild RESULTS/README.md and its PNGs from its study.journal")
     options = parser.parse_args(argv)
+    options.argv = argv
 
     import optuna
 
