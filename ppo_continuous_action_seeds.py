@@ -3,11 +3,11 @@
 an ordinary run of ppo_continuous_action.py with the common flags, its setting's and its seed (its own run folder,
 TensorBoard events and agent.pt). This script computes what that one computes for each agent, batched: the parameters
 stacked on a leading agent axis (each layer one batched matmul), one vector env, one Adam step for all, and what reduces
-over a batch or is a setting's flag per agent. A setting sets flags of the loss, the update or the initial weights
+over a batch or is a setting's flag per agent. A setting sets flags of the loss, the update, Adam or the initial weights
 (ppo_utils.seeds.PER_AGENT: --surrogate, --clip-coef, --kl-beta, --kl-dtarg, --gae-lambda, --norm-adv, --clip-vloss,
---ent-coef, --vf-coef, --max-grad-norm, --ortho-init, --log-std-init, --anneal-clip-coef, --target-kl); those that shape
-the batch, the network or the loop, the shared envs, or the one Adam step (--learning-rate, --anneal-lr, --adam-eps) are
-the same for all. The diff against ppo_continuous_action.py shows what batching adds. No torchrun (X2).
+--ent-coef, --vf-coef, --max-grad-norm, --learning-rate, --anneal-lr, --adam-eps, --ortho-init, --log-std-init,
+--anneal-clip-coef, --target-kl); those that shape the batch, the network or the loop, or the shared envs are the same for
+all. The diff against ppo_continuous_action.py shows what batching adds. No torchrun (X2).
 
     python ppo_continuous_action_seeds.py --env-id Hopper-v5 --seeds 1 2 3
     python ppo_continuous_action_seeds.py --seeds 1 2 --setting clip= --setting 'kl=--surrogate kl-adaptive --kl-dtarg 0.03'
@@ -577,7 +577,8 @@ def train(args: SeedsArgs, stop_signals=()):
             generators[-1].set_state(torch.get_rng_state())
         shufflers.append(np.random.RandomState(run.args.seed))  # its minibatches' shuffles: numpy's stream
     agent = Agents(agents)  # their parameters stacked: the one copy, of which each run's Agent views its row
-    optimizer = AgentsAdam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=args.fused_adam or None)  # G11
+    lr, eps = [f.learning_rate for f in flags], [f.adam_eps for f in flags]  # each agent's
+    optimizer = AgentsAdam(agent.parameters(), lr=lr, eps=eps, fused=args.fused_adam or None)  # G11
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
     last_updates = start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, generators)  # --resume: loaded
     global_step, kl_beta = last_updates[0].global_step, [update.kl_beta for update in last_updates]
@@ -603,8 +604,8 @@ def train(args: SeedsArgs, stop_signals=()):
 
     for iteration in range(last_updates[0].iteration + 1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate  # G6
+        for group, f in zip(optimizer.param_groups, flags):  # each agent's learning rate
+            group["lr"] = frac * f.learning_rate if f.anneal_lr else f.learning_rate  # G6
         clip_coef = [frac * f.clip_coef if f.anneal_clip_coef else f.clip_coef for f in flags]  # X1, per agent
 
         for step in range(args.num_steps):

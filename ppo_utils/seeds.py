@@ -1,11 +1,11 @@
 """The run plumbing of ppo_continuous_action_seeds.py, which trains one agent per seed and setting (--setting
 NAME=FLAGS) in one process and makes each an ordinary run of ppo_continuous_action.py: each agent's flags (which a
-setting may set), the agents' one Adam step (AgentsAdam: their parameters stacked, each agent's moments and step count
-its own), each run's Agent and Adam as views of its rows (what its checkpoint keeps, in the single script's form, with
-its own random streams and rows of the M1/M3 statistics), the agents' checkpoints written as one set, --resume of
-several checkpoints at once, each agent's part of a vector env step's infos, what the runs log and say (each progress
-line its agent, one command that continues them all), and --eval-checkpoint, which plays an agent as the run of
-ppo_continuous_action.py that it is. It decides no PPO detail: Adam's numbers are torch.optim.adam.adam's."""
+setting may set), the agents' one Adam step (AgentsAdam: their parameters stacked, each agent's moments, step count,
+learning rate and epsilon its own), each run's Agent and Adam as views of its rows (what its checkpoint keeps, in the
+single script's form, with its own random streams and rows of the M1/M3 statistics), the agents' checkpoints written as
+one set, --resume of several checkpoints at once, each agent's part of a vector env step's infos, what the runs log and
+say (each progress line its agent, one command that continues them all), and --eval-checkpoint, which plays an agent as
+the run of ppo_continuous_action.py that it is. It decides no PPO detail: Adam's numbers are torch.optim.adam.adam's."""
 
 import contextlib
 import importlib.util
@@ -78,10 +78,11 @@ def check_seeds(args, world_size, run_args):
 
 
 # --setting: the flags of ppo_continuous_action.py an agent may set for itself, each a number or a choice of the loss,
-# the update or the initial weights (the agents' tensors hold one value per agent); the others are the same for every
-# agent of a process, for the reason given with them
+# the update, Adam (AgentsAdam: a call per learning rate and epsilon) or the initial weights (the agents' tensors hold
+# one value per agent); the others are the same for every agent of a process, for the reason given with them
 PER_AGENT = ("surrogate", "clip_coef", "kl_beta", "kl_dtarg", "gae_lambda", "norm_adv", "clip_vloss", "ent_coef", "vf_coef",
-             "max_grad_norm", "ortho_init", "log_std_init", "anneal_clip_coef", "target_kl")  # fmt: skip
+             "max_grad_norm", "ortho_init", "log_std_init", "anneal_clip_coef", "target_kl", "learning_rate", "anneal_lr",
+             "adam_eps")  # fmt: skip
 SHARED = {
     "changes the batch's shape": ("num_envs", "num_steps", "num_minibatches", "total_timesteps"),
     "changes the update's loop": ("update_epochs",),
@@ -91,7 +92,6 @@ SHARED = {
         "clip_action", "gamma",
     ),
     "changes the rollout's loop for all agents": ("gae", "bootstrap_truncated"),
-    "is a setting of the agents' one Adam step": ("learning_rate", "anneal_lr", "adam_eps"),
 }  # fmt: skip
 
 
@@ -284,14 +284,16 @@ class AgentsArgs(NamedTuple):
 
 class AgentsAdam:
     """Adam (G11) for agents whose parameters are stacked on a leading agent axis: as torch.optim.Adam (fused, or
-    PyTorch's default) steps each agent's own parameters, each with its own moments and step count, all in one call of
-    torch.optim.adam.adam per minibatch: over the stacked tensors while all agents run with equal step counts, else over
-    the rows of the running ones (X3 stops agents one by one: a stopped agent's parameters, moments and step count stay).
-    param_groups[0]["lr"] is every agent's learning rate, as in torch.optim.Adam."""
+    PyTorch's default) steps each agent's own parameters, each with its own moments, step count, learning rate and
+    epsilon (param_groups[i]["lr"] and ["eps"]: agent i's, which G6 anneals), in one call of torch.optim.adam.adam per
+    minibatch and group of running agents that share a learning rate and epsilon: over the stacked tensors while all
+    agents run with equal step counts and share them, else over the group's rows (X3 stops agents one by one: a stopped
+    agent's parameters, moments and step count stay)."""
 
     def __init__(self, params, lr, eps, fused):
-        self.params, self.eps, self.fused = list(params), eps, fused
-        self.param_groups = [{"lr": lr}]
+        """lr, eps: one per agent."""
+        self.params, self.fused = list(params), fused
+        self.param_groups = [{"lr": rate, "eps": epsilon} for rate, epsilon in zip(lr, eps, strict=True)]
         self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
         self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
         device = self.params[0].device if fused else "cpu"  # where torch.optim.Adam keeps its step counts
@@ -304,25 +306,34 @@ class AgentsAdam:
 
     @torch.no_grad()
     def step(self, running):
-        """One Adam step of the agents where `running` (a bool per agent) holds."""
-        k, grads = len(self.params), [p.grad for p in self.params]
-        if running.all() and (self.counts == self.counts[0]).all():
-            params, avgs, sqs = self.params, self.exp_avgs, self.exp_avg_sqs
-            steps = self.steps[:1].repeat(k)  # copies, which adam() counts up
-        else:
-            agents = np.flatnonzero(running)
-            tensors = (self.params, grads, self.exp_avgs, self.exp_avg_sqs)
-            params, grads, avgs, sqs = ([t[i] for i in agents for t in kind] for kind in tensors)  # each agent's rows
-            steps = self.steps[torch.as_tensor(agents, device=self.steps.device)].repeat_interleave(k)
-        adam(params, grads, avgs, sqs, [], list(steps.unbind()), fused=self.fused, amsgrad=False, beta1=0.9,
-             beta2=0.999, lr=self.param_groups[0]["lr"], weight_decay=0.0, eps=self.eps, maximize=False)  # fmt: skip
+        """One Adam step of the agents where `running` (a bool per agent) holds, each with its param group's lr and eps."""
+        groups = {}  # (lr, eps) -> the running agents that step with them, in order
+        for i in np.flatnonzero(running):
+            groups.setdefault((self.param_groups[i]["lr"], self.param_groups[i]["eps"]), []).append(i)
+        for (lr, eps), agents in groups.items():
+            self.step_rows(agents, lr, eps)
         self.steps += torch.as_tensor(running, device=self.steps.device)
         self.counts += running
+
+    def step_rows(self, agents, lr, eps):
+        """torch.optim.adam.adam over the rows of `agents`: one slice of each stacked tensor where they are consecutive
+        rows with one step count (all agents, where they share everything), else each agent's rows apart."""
+        k, first, end = len(self.params), agents[0], agents[-1] + 1
+        tensors = (self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs)
+        if end - first == len(agents) and (self.counts[first:end] == self.counts[first]).all():
+            params, grads, avgs, sqs = ([t[first:end] for t in kind] for kind in tensors)
+            steps = self.steps[first : first + 1].repeat(k)  # copies, which adam() counts up
+        else:
+            params, grads, avgs, sqs = ([t[i] for i in agents for t in kind] for kind in tensors)  # each agent's rows
+            steps = self.steps[torch.as_tensor(agents, device=self.steps.device)].repeat_interleave(k)
+        adam(params, grads, avgs, sqs, [], list(steps.unbind()), fused=self.fused, amsgrad=False, beta1=0.9, beta2=0.999,
+             lr=lr, weight_decay=0.0, eps=eps, maximize=False)  # fmt: skip
 
     def agent_optimizer(self, i, params):
         """Agent i's part as a torch.optim.Adam over `params` (its parameters, views of row i) whose state views row i
         of the moments and step counts: its state_dict() is what ppo_continuous_action.py's optimizer saves."""
-        optimizer = torch.optim.Adam(params, lr=self.param_groups[0]["lr"], eps=self.eps, fused=self.fused)
+        group = self.param_groups[i]
+        optimizer = torch.optim.Adam(params, lr=group["lr"], eps=group["eps"], fused=self.fused)
         for p, avg, sq in zip(optimizer.param_groups[0]["params"], self.exp_avgs, self.exp_avg_sqs):
             optimizer.state[p] = {"step": self.steps[i], "exp_avg": avg[i], "exp_avg_sq": sq[i]}
         return optimizer
@@ -478,7 +489,7 @@ def finish_updates(runs, iteration, global_step, stats, batch, clip_coef, kl_bet
     for i, run in enumerate(runs):
         if i in failed:
             continue
-        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef[i]}
+        scalars = {"charts/learning_rate": optimizer.param_groups[i]["lr"], "charts/clip_coef": clip_coef[i]}
         if run.args.surrogate in ("kl-fixed", "kl-adaptive"):
             scalars["charts/kl_beta"] = kl_beta[i]
         if run.args.target_kl is not None:
@@ -486,7 +497,7 @@ def finish_updates(runs, iteration, global_step, stats, batch, clip_coef, kl_bet
         scalars |= {key: values[i] for key, values in losses.items()}
         scalars["losses/explained_variance"] = explained_var[i]
         log_update(run, global_step, scalars)  # with the episodes that ended and the SPS
-        run.optimizer.param_groups[0]["lr"] = optimizer.param_groups[0]["lr"]  # G6, as its checkpoint saves it
+        run.optimizer.param_groups[0]["lr"] = optimizer.param_groups[i]["lr"]  # G6, as its checkpoint saves it
         run.finish_update(iteration, global_step, kl_beta[i])  # notes the update its checkpoint is to save
     end_update(runs, iteration, failed, script)  # the agents' checkpoints, as one set; after a NaN, the others'
 

@@ -139,13 +139,14 @@ BAD_INPUTS = [
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "hopper.pt"], "seed 1"),
     ("ppo_continuous_action_seeds", ["--resume", "hopper.pt", "--learning-rate", "0.1"], "--learning-rate"),
     ("ppo_continuous_action_seeds", ["--eval-checkpoint", "hopper.pt"], "holds a model that is not a set of named tensors"),
-    # --setting: a flag that shapes the batch, the network, the loop, the shared envs or the one Adam step is refused with
+    # --setting: a flag that shapes the batch, the network, the loop or the shared envs is refused with
     # its reason, as are a malformed setting, a name given twice, a flag the script lacks, a bad value and one out of range
     ("ppo_continuous_action_seeds", ["--setting", "wide=--num-envs 2"],
      "error: --setting wide: --num-envs changes the batch's shape; pass it outside --setting"),
     ("ppo_continuous_action_seeds", ["--setting", "relu=--activation relu"], "--setting relu: --activation changes the"),
     ("ppo_continuous_action_seeds", ["--setting", "raw=--no-norm-obs"], "--setting raw: --no-norm-obs changes the vector"),
-    ("ppo_continuous_action_seeds", ["--setting", "lr=--learning-rate 1e-3"], "--learning-rate is a setting of the agents'"),
+    ("ppo_continuous_action_seeds", ["--setting", "e=--update-epochs 5"], "--setting e: --update-epochs changes the update's"),
+    ("ppo_continuous_action_seeds", ["--setting", "lr=--learning-rate -1"], "--setting lr: --learning-rate -1.0: pass"),
     ("ppo_continuous_action_seeds", ["--setting", "s=--seed 2"], "--setting s: --seed belongs to the process; --seeds"),
     ("ppo_continuous_action_seeds", ["--setting", "clip-0.1 --clip-coef 0.1"], "--setting clip-0.1 --clip-coef 0.1: write"),
     ("ppo_continuous_action_seeds", ["--setting", "a=", "--setting", "a=--clip-coef 0.1"], "--setting a: the name is given"),

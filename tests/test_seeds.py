@@ -140,16 +140,28 @@ def test_each_agent_computes_what_the_single_script_computes_for_its_seed(case, 
 
 
 # settings whose agents differ in every flag a --setting may set: the three kinds of G1 objective, the clip range and its
-# annealing (X1), the beta and its target, G3, G4, G5, G8 (0: off), X3, the GAE lambda, the initial weights (G9, M5)
+# annealing (X1), the beta and its target, G3, G4, G5, G6 (another learning rate, constant), G8 (0: off), X3, G11 (another
+# epsilon), the GAE lambda, the initial weights (G9, M5): each setting's agents step Adam with their own rate and epsilon
 SETTINGS = {
     "clip-0.1": dict(clip_coef=0.1, anneal_clip_coef=True, norm_adv=False, ent_coef=0.01, max_grad_norm=0.0, gae_lambda=0.9),
-    "kl-adaptive": dict(surrogate="kl-adaptive", kl_beta=3.0, kl_dtarg=0.003, target_kl=0.0003, clip_vloss=False),
-    "unclipped": dict(surrogate="unclipped", vf_coef=1.0, ortho_init=False, log_std_init=-0.5, max_grad_norm=0.3),
+    "kl-adaptive": dict(
+        surrogate="kl-adaptive",
+        kl_beta=3.0,
+        kl_dtarg=0.003,
+        target_kl=0.0003,
+        clip_vloss=False,
+        learning_rate=1e-3,
+        anneal_lr=False,
+    ),
+    "unclipped": dict(
+        surrogate="unclipped", vf_coef=1.0, ortho_init=False, log_std_init=-0.5, max_grad_norm=0.3, adam_eps=1e-8
+    ),
 }
 SETTING_FLAGS = [  # the same as the command line's --setting NAME=FLAGS
     "clip-0.1=--clip-coef 0.1 --anneal-clip-coef --no-norm-adv --ent-coef 0.01 --max-grad-norm 0 --gae-lambda 0.9",
-    "kl-adaptive=--surrogate kl-adaptive --kl-beta 3 --kl-dtarg 0.003 --target-kl 0.0003 --no-clip-vloss",
-    "unclipped=--surrogate unclipped --vf-coef 1 --no-ortho-init --log-std-init -0.5 --max-grad-norm 0.3",
+    "kl-adaptive=--surrogate kl-adaptive --kl-beta 3 --kl-dtarg 0.003 --target-kl 0.0003 --no-clip-vloss "
+    "--learning-rate 1e-3 --no-anneal-lr",
+    "unclipped=--surrogate unclipped --vf-coef 1 --no-ortho-init --log-std-init -0.5 --max-grad-norm 0.3 --adam-eps 1e-8",
 ]
 # two updates each, of 4 epochs: a longer run lets Adam's steps carry a rounding step into a visible difference (on
 # Pendulum too, at 2 x 1024 steps of 10 epochs, with the GAE lambda or the objective of a setting; its weights agree
@@ -182,10 +194,22 @@ def test_each_agent_of_a_setting_computes_what_the_single_script_computes_with_i
     assert min(min(epochs)) < 4  # X3 stopped the kl-adaptive agents early while the others ran on
 
 
+class LearningRatesSwapped(seeds_script.AgentsAdam):
+    """AgentsAdam whose agents 1 and 3 step with each other's learning rate (each logs and saves its own)."""
+
+    def step(self, running):
+        groups = self.param_groups
+        groups[1]["lr"], groups[3]["lr"] = groups[3]["lr"], groups[1]["lr"]
+        super().step(running)
+        groups[1]["lr"], groups[3]["lr"] = groups[3]["lr"], groups[1]["lr"]
+
+
 @pytest.mark.slow
 def test_agents_given_each_others_settings_are_caught(tmp_path, monkeypatch):
     """The comparison above can fail: with the loss's and the update's flags of two agents of the same seed swapped (the
-    first setting's and the second's), each parts from its single run, while the agents left alone still agree."""
+    first setting's and the second's: agents 0 and 2), or only the learning rates Adam steps two such agents with (the
+    first setting's annealed 3e-4 and the second's constant 1e-3: agents 1 and 3), each parts from its single run, while
+    the agents left alone still agree."""
     of = seeds_script.AgentsArgs.of.__func__
 
     def swapped(cls, flags, args, device):
@@ -194,10 +218,11 @@ def test_agents_given_each_others_settings_are_caught(tmp_path, monkeypatch):
         return of(cls, flags, args, device)
 
     monkeypatch.setattr(seeds_script.AgentsArgs, "of", classmethod(swapped))
+    monkeypatch.setattr(seeds_script, "AgentsAdam", LearningRatesSwapped)
     batched, singles, tolerance = train_settings(tmp_path, monkeypatch)
-    for agent in (1, 3, 4, 5):
+    for agent in (4, 5):
         assert_same_computation(batched, singles[agent], agent, tolerance)
-    for agent in (0, 2):
+    for agent in (0, 1, 2, 3):
         with pytest.raises(AssertionError, match="weights|rollout"):
             assert_same_computation(batched, singles[agent], agent, tolerance)
 
@@ -214,40 +239,54 @@ def test_the_tolerance_follows_a_matmul_kernel_that_rounds_otherwise(tmp_path, m
         assert_same_computation(batched, single, agent, tolerance)
 
 
-def test_one_adam_step_for_all_agents_is_torch_adam_for_each(monkeypatch):
-    """AgentsAdam against a torch.optim.Adam (fused, and PyTorch's default) per agent over 6 steps, the agents' steps
-    counted apart (agent 1 stopped for steps 2-3, as X3 stops one): the same parameters, moments and step counts, and its
-    agent_optimizer's state_dict loads into a torch.optim.Adam as ppo_continuous_action.py's would."""
+# each agent's learning rate and epsilon (AgentsAdam's param groups): all shared (one call over the stacked tensors), each
+# agent's own (agents 0 and 1 share theirs: one slice, then their rows apart once agent 1 stopped), and a group of rows
+# that are not consecutive (agents 0, 2 and 3)
+ADAM_GROUPS = {
+    "shared": ([3e-4] * 4, [1e-5] * 4),
+    "own": ([3e-4, 3e-4, 1e-3, 3e-4], [1e-5, 1e-5, 1e-5, 1e-8]),
+    "apart": ([3e-4, 1e-3, 3e-4, 3e-4], [1e-5] * 4),
+}
+
+
+@pytest.mark.parametrize("groups", ADAM_GROUPS)
+def test_one_adam_step_for_all_agents_is_torch_adam_for_each(groups):
+    """AgentsAdam against a torch.optim.Adam (fused, and PyTorch's default) per agent over 6 steps, each agent with its
+    learning rate (annealed) and epsilon, the agents' steps counted apart (agent 1 stopped for steps 2-3, as X3 stops
+    one): the same parameters, moments and step counts, and its agent_optimizer's state_dict (the agent's own learning
+    rate and epsilon) loads into a torch.optim.Adam as ppo_continuous_action.py's would."""
     from ppo_utils.seeds import AgentsAdam
 
+    lrs, epss = ADAM_GROUPS[groups]
     for fused in (True, None):
         torch.manual_seed(0)
-        stacked = [torch.randn(3, 4, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)]
-        alone = [[p.detach()[i].clone().requires_grad_() for p in stacked] for i in range(3)]
-        ours = AgentsAdam(stacked, lr=3e-4, eps=1e-5, fused=fused)
-        theirs = [torch.optim.Adam(params, lr=3e-4, eps=1e-5, fused=fused) for params in alone]
+        stacked = [torch.randn(4, 4, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)]
+        alone = [[p.detach()[i].clone().requires_grad_() for p in stacked] for i in range(4)]
+        ours = AgentsAdam(stacked, lr=lrs, eps=epss, fused=fused)
+        theirs = [torch.optim.Adam(params, lr=lr, eps=eps, fused=fused) for params, lr, eps in zip(alone, lrs, epss)]
         for step in range(6):
-            running = np.array([True, step not in (2, 3), True])
-            grads = [torch.randn_like(p) for p in stacked]
+            running = np.array([True, step not in (2, 3), True, True])
+            grads = [1e-3 * torch.randn_like(p) for p in stacked]  # small, so that the epsilons part the steps
             for p, g in zip(stacked, grads):
                 p.grad = g.clone()
-            ours.param_groups[0]["lr"] = 3e-4 * (1 - step / 6)
+            for group, lr in zip(ours.param_groups, lrs):
+                group["lr"] = lr * (1 - step / 6)
             ours.step(running)
             for i in np.flatnonzero(running):
                 for p, g in zip(alone[i], grads):
                     p.grad = g[i].clone()
-                theirs[i].param_groups[0]["lr"] = 3e-4 * (1 - step / 6)
+                theirs[i].param_groups[0]["lr"] = lrs[i] * (1 - step / 6)
                 theirs[i].step()
-        for i in range(3):
+        for i in range(4):
             mirror = ours.agent_optimizer(i, [torch.nn.Parameter(p.detach()[i]) for p in stacked]).state_dict()
             saved = theirs[i].state_dict()
-            assert mirror["param_groups"][0].keys() == saved["param_groups"][0].keys()
+            assert mirror["param_groups"][0] == saved["param_groups"][0]
             for k, p in enumerate(alone[i]):
                 torch.testing.assert_close(stacked[k][i], p, atol=1e-7, rtol=1e-6)
                 for name in ("exp_avg", "exp_avg_sq", "step"):
                     torch.testing.assert_close(mirror["state"][k][name], saved["state"][k][name], atol=1e-9, rtol=1e-6)
             torch.optim.Adam(alone[i], fused=fused).load_state_dict(mirror)
-        assert ours.counts.tolist() == [6, 4, 6]
+        assert ours.counts.tolist() == [6, 4, 6, 6]
 
 
 class OtherTorchSeedFor:
@@ -428,6 +467,47 @@ def test_a_killed_run_of_several_settings_resumes_every_agent_with_its_own_flags
         assert len(betas) == (20 if setting == "kl" else 0)
     played = run_script("ppo_continuous_action", "--eval-checkpoint", paths[3], "--eval-episodes", "1", cwd=tmp_path)
     assert played.returncode == 0 and "mean return" in played.stdout, played.stderr
+
+
+# three settings that differ in G6 and G11 alone: another learning rate and epsilon, a constant rate, the defaults
+LR_SETTINGS = ("fast=--learning-rate 1e-3 --adam-eps 1e-7", "constant=--no-anneal-lr", "default=")
+LEARNING_RATES = {"constant": [3e-4] * 4, "default": [3e-4 * (1 - k / 4) for k in range(4)],
+                  "fast": [1e-3 * (1 - k / 4) for k in range(4)]}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_stopped_set_of_learning_rates_resumes_each_agent_with_its_own(tmp_path, monkeypatch):
+    """LR_SETTINGS' agents, stopped in the middle of rollout 3 of 4 (long_run_helpers' env) and continued by one
+    --resume of their checkpoints: each run logs its own learning rates, as the same run uninterrupted does, its last
+    checkpoint's Adam has its own learning rate and epsilon, and its weights are those of ppo_continuous_action.py
+    --resume of its checkpoint, within FLOOR (the 4 Adam steps since the checkpoint leave them within 3e-8 here; every
+    agent stepped with the default setting's rates parts by up to 1e-3)."""
+    from long_run_helpers import STOP_REQUESTS
+
+    args = seeds_script.SeedsArgs(seeds=(3,), setting=LR_SETTINGS, total_timesteps=256,
+                                  **(QUICK | dict(env_id="StopsMidRolloutPendulum-v1")))  # fmt: skip
+    for run, stop_signals in (("uninterrupted", []), ("stopped", STOP_REQUESTS)):
+        (tmp_path / run).mkdir()
+        monkeypatch.chdir(tmp_path / run)
+        STOP_REQUESTS.clear()
+        seeds_script.train(args, stop_signals)
+    assert STOP_REQUESTS  # the stop was asked for
+    paths = sorted(glob.glob("runs/*/agent.pt"))  # constant, default, fast
+    assert [torch.load(path, weights_only=True)["iteration"] for path in paths] == [2, 2, 2]
+    shutil.copytree("runs", tmp_path / "alone" / "runs")  # each agent continued by the single script, from a copy
+    resumed = seeds_script.train(seeds_script.SeedsArgs(resume=tuple(paths)))
+    monkeypatch.chdir(tmp_path / "alone")
+    uninterrupted = sorted(glob.glob(str(tmp_path / "uninterrupted" / "runs" / "*" / "agent.pt")))
+    for i, (path, theirs, setting) in enumerate(zip(paths, uninterrupted, LEARNING_RATES)):
+        assert f"_seeds-{setting}__3__" in path
+        ours = tmp_path / "stopped" / path
+        lrs = [[value for _, value in read_scalars(os.path.dirname(p), "charts/learning_rate")] for p in (ours, theirs)]
+        assert lrs[0] == lrs[1] and np.allclose(lrs[0], LEARNING_RATES[setting], rtol=1e-6)
+        adam = [torch.load(p, weights_only=True)["optimizer"]["param_groups"][0] for p in (ours, theirs)]
+        assert adam[0] == adam[1] and adam[0]["eps"] == (1e-7 if setting == "fast" else 1e-5)
+        alone = cont.train(cont.Args(resume=path))["agent"].state_dict()
+        for name, value in resumed["agents"][i].state_dict().items():
+            torch.testing.assert_close(value, alone[name], atol=FLOOR, rtol=RTOL, msg=lambda m: f"{setting} {name}: {m}")
 
 
 class NaNRewardForSeed(gym.Wrapper):
