@@ -249,7 +249,13 @@ def open_storage(url, out: Path):
             Path(url).parent.mkdir(parents=True, exist_ok=True)
             backend = optuna.storages.journal.JournalFileBackend(url)
             return optuna.storages.JournalStorage(backend)
-        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        for attempt in range(3):
+            try:
+                return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+            except Exception as e:  # workers started together on an empty database: one made the tables a moment ago
+                if "already exists" not in str(e) and "UniqueViolation" not in str(e) or attempt == 2:
+                    raise
+                time.sleep(1.0)
     except Exception as e:  # sqlalchemy's, a driver's, the file system's: one line
         refuse(f"--storage {url}: cannot open it ({first_line(e)}); pass a journal file path or a URL Optuna opens "
                "(sqlite:///study.db, postgresql://user:password@host/db)")  # fmt: skip

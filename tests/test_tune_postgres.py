@@ -1,16 +1,13 @@
 """benchmark/tune.py on a real PostgreSQL server (never a mock): a throwaway cluster started for this module, whose
 database two tuner processes started together share (each trial once, the cap exact, every run trained once); a
 storage URL that cannot be opened (one line, nothing written); a study joined with another space (one line, no trial
-added); and the plain postgresql:// URL that tune.py's docstring gives, opened with the driver requirements.txt pins.
-
-The URLs name their driver, postgresql+psycopg2:// (requirements.txt's psycopg2-binary, what the skip asks for), so
-that what they check does not depend on SQLAlchemy's default driver for postgresql:// (psycopg 3 since SQLAlchemy 2.1),
-which the last test checks on its own.
+added); and the plain postgresql:// URL that tune.py's docstring gives, opened with the driver requirements.txt pins (psycopg 3,
+SQLAlchemy 2.1's default for postgresql://).
 
 The cluster: initdb and pg_ctl from PATH or /usr/lib/postgresql/*/bin (PPO_TESTS_PG_BIN names a folder to take them
 from instead), run as the postgres user where the tests run as root (postgres refuses root), in a temporary folder,
 trust auth, on a free TCP port of 127.0.0.1; stopped (immediate) and removed at the end, whatever happened. The module
-is skipped, naming what is missing, where the binaries, the postgres user or psycopg2 are not there."""
+is skipped, naming what is missing, where the binaries, the postgres user or psycopg are not there."""
 
 import contextlib
 import glob
@@ -60,8 +57,8 @@ def missing():
             pwd.getpwnam("postgres")
         except KeyError:
             lacks.append("a 'postgres' system user (the tests run as root, and postgres refuses to)")
-    if importlib.util.find_spec("psycopg2") is None:
-        lacks.append("psycopg2 (psycopg2-binary, in requirements.txt)")
+    if importlib.util.find_spec("psycopg") is None:
+        lacks.append("psycopg (psycopg[binary], in requirements.txt)")
     return lacks
 
 
@@ -91,7 +88,7 @@ def postgres_url():
     """A database on a throwaway PostgreSQL cluster: postgresql://postgres@127.0.0.1:PORT/tune. The cluster lives in a
     temporary folder owned by the postgres user (its socket there too), trusts every local connection, and is stopped
     (-m immediate) and removed at the end, also where starting it or a test failed."""
-    import psycopg2
+    import psycopg
 
     bin_dir, folder = postgres_bin(), Path(tempfile.mkdtemp(prefix="ppo-tests-postgres-"))
     data, port = folder / "data", free_port()
@@ -105,11 +102,8 @@ def postgres_url():
         started = as_postgres(bin_dir / "pg_ctl", "-D", data, "-l", folder / "server.log", "-w", "-t", "60", "-o",
                               options, "start", cwd=folder, check=False)  # fmt: skip
         assert started.returncode == 0, started.stdout + started.stderr + read(folder / "server.log")
-        connection = psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres")
-        connection.autocommit = True
-        with connection.cursor() as cursor:
-            cursor.execute("CREATE DATABASE tune")
-        connection.close()
+        with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True) as connection:
+            connection.execute("CREATE DATABASE tune")
         yield f"postgresql://postgres@127.0.0.1:{port}/tune"
     finally:
         if (data / "postmaster.pid").exists():
@@ -122,11 +116,6 @@ def postgres_url():
 
 def read(path):
     return Path(path).read_text() if Path(path).exists() else ""
-
-
-def with_driver(url):
-    """The URL with the driver the module's skip asks for named: postgresql+psycopg2://."""
-    return url.replace("postgresql://", "postgresql+psycopg2://", 1)
 
 
 def tune_command(out, url, study, *words):
@@ -150,7 +139,7 @@ def test_two_tuners_on_one_postgres_study_run_each_trial_once(postgres_url, tmp_
     """Two tuner processes started together on a fresh database (both create Optuna's tables and the study, or join
     it): both exit 0; 4 trials complete, none failed, slots 0..3 once each, taken by the two workers; every trial's
     seed folders have done.json and one run folder each (no run trained twice)."""
-    url = with_driver(postgres_url)
+    url = postgres_url
     command = tune_command(tmp_path, url, "S", *SPACE, "--trials", "4", "--seeds", "1", "2", "--agents", "4",
                            "--workers", "1")  # fmt: skip
     tuners = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -183,7 +172,7 @@ def test_a_postgres_storage_that_cannot_be_opened_is_one_line_and_nothing_writte
     """A postgresql:// URL on a port nothing listens on: exit non-zero, one line on stderr ('error: --storage ...'), no
     traceback, and neither --out nor --results created. (No server needed: the module's skip still asks for the
     driver.)"""
-    url = with_driver(f"postgresql://postgres@127.0.0.1:{free_port()}/nodb")
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nodb"
     said = subprocess.run(tune_command(tmp_path, url, "S", *SPACE, "--trials", "2"), cwd=ROOT, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert said.returncode != 0, said.stdout + said.stderr
@@ -198,7 +187,7 @@ def test_a_postgres_study_joined_with_another_space_is_refused_and_left_as_it_wa
     """A study created by a 1-trial run (one seed); the same command with another --space exits with one line 'error:
     --study S3 exists in this storage with another space ...', adds no trial, changes none of the study's attributes
     and writes nothing under --out or --results."""
-    url = with_driver(postgres_url)
+    url = postgres_url
     first = tune_command(tmp_path, url, "S3", *SPACE, "--trials", "1", "--seeds", "1")
     made = subprocess.run(first, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stdout + made.stderr
@@ -216,18 +205,11 @@ def test_a_postgres_study_joined_with_another_space_is_refused_and_left_as_it_wa
     assert after.user_attrs == attrs_before and tree(tmp_path) == files_before
 
 
-@pytest.mark.xfail(
-    importlib.util.find_spec("psycopg") is None,
-    strict=True,
-    reason="SQLAlchemy 2.1 (requirements.txt: sqlalchemy==2.1.9) opens postgresql:// with psycopg 3, which requirements.txt "
-    "does not install (it pins psycopg2-binary): tune.py refuses the URL its docstring gives ('Failed to import DB access "
-    "module'); postgresql+psycopg2:// works",
-)
 def test_the_plain_postgresql_url_opens_with_the_drivers_requirements_txt_installs(postgres_url, tmp_path):
     """tune.py's docstring's URL, postgresql://user@host/db, SQLAlchemy choosing the driver: tune.py opens the storage
-    and reads its studies, shown without training by a study of that name made beforehand (through psycopg2) without
+    and reads its studies, shown without training by a study of that name made beforehand (through Optuna) without
     tune.py's attributes, which tune.py then refuses to join ('exists in this storage with another ...')."""
-    optuna.create_study(storage=with_driver(postgres_url), study_name="plain", direction="maximize")
+    optuna.create_study(storage=postgres_url, study_name="plain", direction="maximize")
     said = subprocess.run(tune_command(tmp_path, postgres_url, "plain", *SPACE), cwd=ROOT, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert said.returncode != 0 and said.stderr.startswith("error: --study plain exists in this storage with another"), (
