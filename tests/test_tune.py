@@ -99,7 +99,7 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path):
 def test_a_study_that_exists_with_another_space_is_refused_and_left_as_it_was(tmp_path):
     journal = tmp_path / "study.journal"
     options = SimpleNamespace(script="ppo_continuous_action.py", env_id="Pendulum-v1", seeds=[1, 2], total_timesteps=2048,
-                              flags="", last=100, study="s", trials=3)  # fmt: skip
+                              flags="", last=100, study="s", trials=3, argv=[])  # fmt: skip
     storage = tune.open_storage(str(journal), tmp_path)
     space = tune.parse_space(["ent-coef=0..0.01"], "ppo_continuous_action.py", CONTINUOUS)
     study, created = tune.join_study(options, space, storage, None, None)
