@@ -645,14 +645,19 @@ def slurm_script(options, argv, count):
     """A Slurm array job whose task i runs the i-th run of the matrix through this program (so skipping still works)."""
     arguments = [a for a in argv if a not in ("--slurm", options.slurm) and not a.startswith("--slurm=")]
     runner = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
+    name = f"ppo-{options.preset or Path(options.script).stem}"
+    return slurm_header(name, count, 2, options.out) + f"{runner} --workers 1 --index $SLURM_ARRAY_TASK_ID\n"
+
+
+def slurm_header(name, count, cpus, out):
+    """The #SBATCH lines of an array job of `count` tasks of `cpus` CPUs each, logging to <out>/slurm-<job>_<task>.log."""
     return (
         "#!/bin/bash\n"
-        f"#SBATCH --job-name=ppo-{options.preset or Path(options.script).stem}\n"
+        f"#SBATCH --job-name={name}\n"
         f"#SBATCH --array=0-{count - 1}\n"
-        "#SBATCH --cpus-per-task=2\n"
+        f"#SBATCH --cpus-per-task={cpus}\n"
         "#SBATCH --mem=8G\n"
-        f"#SBATCH --output={options.out}/slurm-%A_%a.log\n"
-        f"{runner} --workers 1 --index $SLURM_ARRAY_TASK_ID\n"
+        f"#SBATCH --output={out}/slurm-%A_%a.log\n"
     )
 
 

@@ -70,6 +70,7 @@ from run import (
     gather_batch_runs,
     interrupt,
     per_agent_part,
+    slurm_header,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -819,15 +820,7 @@ def slurm_script(options, argv):
         elif not word.startswith(("--slurm=", "--slurm-workers=")):
             arguments.append(word)
     worker = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
-    return (
-        "#!/bin/bash\n"
-        f"#SBATCH --job-name=tune-{options.study}\n"
-        f"#SBATCH --array=0-{options.slurm_workers - 1}\n"
-        f"#SBATCH --cpus-per-task={options.workers}\n"
-        "#SBATCH --mem=8G\n"
-        f"#SBATCH --output={options.out}/slurm-%A_%a.log\n"
-        f"{worker}\n"
-    )
+    return slurm_header(f"tune-{options.study}", options.slurm_workers, options.workers, options.out) + f"{worker}\n"
 
 
 def main(argv=None):
