@@ -228,11 +228,18 @@ def load_checkpoint(path, flag, args):
         raise ArgError(f"{flag} {path} holds a run name or wandb id that this script never writes; use another checkpoint")
     names = {field.name for field in fields(args)}
     unknown, missing = sorted(set(checkpoint["args"]) - names), sorted(names - set(checkpoint["args"]))
-    if unknown or missing:
-        which = f"with flags this one does not have ({flag_names(unknown)})" if unknown else f"without {flag_names(missing)}"
+    if unknown:  # a later version's flag, or one this copy of the script lost: what it did cannot be known here
         raise ArgError(
-            f"{flag} {path} was written by another version of {args.script}, {which}; load it with the version that wrote it"
+            f"{flag} {path} was written by another version of {args.script}, with flags this one does not have "
+            f"({flag_names(unknown)}); load it with the version that wrote it"
         )
+    if missing:  # a flag added since the checkpoint was written: its default is what the run did without it
+        defaults = type(args)()
+        checkpoint["args"] |= {name: getattr(defaults, name) for name in missing}
+        values = ", ".join(f"--{name.replace('_', '-')} {getattr(defaults, name)!r}" for name in missing)
+        if process_rank() == 0:  # X2: said once
+            print(f"note: {flag} {path} was written before {flag_names(missing)} existed; it loads with {values}",
+                  file=sys.stderr)  # fmt: skip
     hints = typing.get_type_hints(type(args))
     for name, value in checkpoint["args"].items():
         if not fits(value, hints[name]):
