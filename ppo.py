@@ -21,11 +21,12 @@ from gymnasium.vector import AutoresetMode
 from torch.distributions.categorical import Categorical
 
 from ppo_utils.checkpoints import Update, restore, resume_flags
+from ppo_utils.command_line import main
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import all_ranks_mean, average_gradients, broadcast_parameters
 from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
 from ppo_utils.flag_checks import check_args
-from ppo_utils.run import Run, main
+from ppo_utils.run import Run
 
 
 @dataclass
@@ -421,7 +422,7 @@ def train(args: Args, stop_signals=()):
 
 
 if __name__ == "__main__":
-    from ppo_utils.run import HELP  # the help's first line: what its ids and "the reference" are
+    from ppo_utils.command_line import HELP  # the help's first line: what its ids and "the reference" are
 
     # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
     main(tyro.cli(Args, description=HELP), train, make_envs, Agent, act)

@@ -27,10 +27,11 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
+from ppo_utils.agents_adam import AgentsAdam
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes
 from ppo_utils.flag_checks import ArgError, check_args
-from ppo_utils.seeds import AgentsAdam, AgentsArgs, agent_infos, agent_runs, check_finite, check_observations, check_seeds
+from ppo_utils.seeds import AgentsArgs, agent_infos, agent_runs, check_finite, check_observations, check_seeds
 from ppo_utils.seeds import finish_agents, finish_updates, main, resume_agents, start_agents
 
 
@@ -664,7 +665,7 @@ def train(args: SeedsArgs, stop_signals=()):
 
 
 if __name__ == "__main__":
-    from ppo_utils.run import HELP  # the help's first line: what its ids and "the reference" are
+    from ppo_utils.command_line import HELP  # the help's first line: what its ids and "the reference" are
 
     # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
     main(tyro.cli(SeedsArgs, description=HELP), train, make_envs, Agent)

@@ -16,6 +16,8 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from .mujoco_log import say_settotalmass_once
+
 
 class ArgError(ValueError):
     """A bad command line: the message names the flag and the fix."""
@@ -128,8 +130,6 @@ def env_kind(env_id):
         return "atari", "Discrete"
     try:
         if isinstance(entry_point, str) and entry_point.startswith("gymnasium.envs.mujoco"):
-            from .run import say_settotalmass_once  # here: run.py imports this module
-
             importlib.import_module("mujoco")  # loaded before gym.make compiles the model, so that its warnings are ours
             say_settotalmass_once()
         env = gym.make(env_id)

@@ -11,7 +11,7 @@ import typing
 
 import pytest
 from ppo_utils import checkpoints
-from ppo_utils import run as ppo_run
+from ppo_utils import evaluation
 import tyro
 from conftest import COLUMNS, ROOT, contract_flags, load_script, pythonpath_first, run_script, write_checkpoint
 
@@ -416,11 +416,11 @@ def test_evaluation_names_the_env_it_plays_and_refuses_another(tmp_path, monkeyp
     for env_id in ("Hopper-v5", "Pendulum-v1"):  # the default (not passed), and the checkpoint's own
         capsys.readouterr()
         args = cont.Args(eval_checkpoint=str(path), eval_episodes=1, env_id=env_id)
-        ppo_run.evaluate(args, cont.make_envs, cont.Agent, cont.act)
+        evaluation.evaluate(args, cont.make_envs, cont.Agent, cont.act)
         lines = capsys.readouterr().out.splitlines()
         assert len(lines) == 2 and all(" on Pendulum-v1" in line for line in lines), lines
     with pytest.raises(checkpoints.ArgError, match="^--env-id Walker2d-v5 .* --eval-checkpoint .*Pendulum-v1"):
-        ppo_run.evaluate(cont.Args(eval_checkpoint=str(path), env_id="Walker2d-v5"), cont.make_envs, cont.Agent, cont.act)
+        evaluation.evaluate(cont.Args(eval_checkpoint=str(path), env_id="Walker2d-v5"), cont.make_envs, cont.Agent, cont.act)
 
 
 def test_evaluation_names_what_the_agent_saw_of_its_env(tmp_path, monkeypatch, capsys):
@@ -433,11 +433,11 @@ def test_evaluation_names_what_the_agent_saw_of_its_env(tmp_path, monkeypatch, c
     cont.train(cont.Args(**flags, compile=False))
     (path,) = (tmp_path / "runs").glob("*/agent.pt")
     capsys.readouterr()
-    ppo_run.evaluate(cont.Args(eval_checkpoint=str(path), eval_episodes=1), cont.make_envs, cont.Agent, cont.act)
+    evaluation.evaluate(cont.Args(eval_checkpoint=str(path), eval_episodes=1), cont.make_envs, cont.Agent, cont.act)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"evaluating {path} on Pendulum-v1 with --mask-velocity (velocities hidden) over 1 episodes"
     assert lines[1].startswith(f"eval {path} on Pendulum-v1 with --mask-velocity (velocities hidden): mean return ")
     atari = load_script("ppo_atari").Args
     saved = dataclasses.asdict(atari(frame_stack=1, warp_frame=False, noop_max=0))  # A1 changes no observation
-    assert ppo_run.env_as_trained(atari, saved) == "BreakoutNoFrameskip-v4 with --no-warp-frame (raw RGB frames), --frame-stack 1"
-    assert ppo_run.env_as_trained(atari, dataclasses.asdict(atari())) == "BreakoutNoFrameskip-v4"
+    assert evaluation.env_as_trained(atari, saved) == "BreakoutNoFrameskip-v4 with --no-warp-frame (raw RGB frames), --frame-stack 1"
+    assert evaluation.env_as_trained(atari, dataclasses.asdict(atari())) == "BreakoutNoFrameskip-v4"

@@ -19,6 +19,7 @@ from typing import Literal
 
 from ppo_utils import checkpoints
 import pytest
+from ppo_utils import command_line, logs
 from ppo_utils import run as ppo_run
 import torch
 from conftest import ROOT, load_script, needs, pythonpath_first, run_script, write_checkpoint
@@ -204,7 +205,7 @@ def test_a_full_disk_during_a_run_is_one_line_with_the_command_that_continues_it
     monkeypatch.setattr(checkpoints.torch, "save", fills_the_disk)
     args = cont.Args(**PENDULUM, total_timesteps=64 * 3, checkpoint_interval=1)
     with pytest.raises(SystemExit) as stop:
-        ppo_run.main(args, cont.train, cont.make_envs, cont.Agent, cont.act)
+        command_line.main(args, cont.train, cont.make_envs, cont.Agent, cont.act)
     lines = capsys.readouterr().err.strip().splitlines()
     (folder,) = glob.glob("runs/*")
     assert stop.value.code == 1 and len(lines) == 1, lines
@@ -288,14 +289,14 @@ def test_a_default_budget_that_is_not_whole_updates_goes_without_a_note(tmp_path
 def stop_in_first_rollout(monkeypatch):
     """A stop request that arrives at the first env step of the run (as SIGTERM would)."""
     stop = []
-    record = ppo_run.RunLog.record_episodes
+    record = logs.RunLog.record_episodes
 
     def record_then_stop(self, infos, global_step):
         record(self, infos, global_step)
         if not stop:
             stop.append(signal.SIGTERM)  # only the run given `stop` looks at it
 
-    monkeypatch.setattr(ppo_run.RunLog, "record_episodes", record_then_stop)
+    monkeypatch.setattr(logs.RunLog, "record_episodes", record_then_stop)
     return stop
 
 
@@ -496,7 +497,7 @@ def test_a_changed_checkpoint_is_one_line_and_leaves_its_run_folder_as_it_was(
     before = left_on_disk(tmp_path)
     args = cont.Args(**{flag[2:].replace("-", "_"): str(folder / "agent.pt")})
     with pytest.raises(SystemExit) as end:
-        ppo_run.main(args, cont.train, cont.make_envs, cont.Agent, cont.act)
+        command_line.main(args, cont.train, cont.make_envs, cont.Agent, cont.act)
     lines = capsys.readouterr().err.strip().splitlines()
     assert end.value.code == 1 and len(lines) == 1 and line in lines[0], lines
     assert lines[0].startswith(f"error: {flag} {folder / 'agent.pt'}") and left_on_disk(tmp_path) == before
@@ -525,14 +526,14 @@ def test_a_flag_typed_with_resume_is_refused_whatever_its_value(saved_run, tmp_p
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["ppo_continuous_action.py", "--resume", saved_run, "--learning-rate", "0.0003"])
     with pytest.raises(SystemExit) as end:
-        ppo_run.main(cont.Args(resume=saved_run, learning_rate=0.0003), cont.train, cont.make_envs, cont.Agent, cont.act)
+        command_line.main(cont.Args(resume=saved_run, learning_rate=0.0003), cont.train, cont.make_envs, cont.Agent, cont.act)
     lines = capsys.readouterr().err.strip().splitlines()
     assert end.value.code == 1 and lines == ["error: --resume continues the run with its own flags; drop --learning-rate"]
     for typed, flag in ((["--no-anneal-lr"], "--anneal-lr"), (["--seed=1"], "--seed"), (["--num_envs", "1"], "--num-envs")):
         monkeypatch.setattr(sys, "argv", ["ppo_continuous_action.py", "--resume", saved_run, *typed])  # tyro's spellings
         with pytest.raises(SystemExit):
             # every flag its default
-            ppo_run.main(cont.Args(resume=saved_run), cont.train, cont.make_envs, cont.Agent, cont.act)
+            command_line.main(cont.Args(resume=saved_run), cont.train, cont.make_envs, cont.Agent, cont.act)
         assert capsys.readouterr().err == f"error: --resume continues the run with its own flags; drop {flag}\n"
 
 
@@ -655,7 +656,7 @@ def test_a_nan_observation_is_one_line_naming_the_env_and_the_step(tmp_path, mon
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         with pytest.raises(SystemExit) as end:
-            ppo_run.main(args, module.train, module.make_envs, module.Agent, module.act)
+            command_line.main(args, module.train, module.make_envs, module.Agent, module.act)
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
@@ -682,7 +683,9 @@ def test_a_nan_observation_while_evaluating_is_one_line_naming_the_step(tmp_path
     monkeypatch.setattr(sys, "argv", ["ppo.py", "--eval-checkpoint", path, "--seed", "2"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as end:
-        ppo_run.main(ppo.Args(eval_checkpoint=path, seed=2, eval_episodes=1000), ppo.train, ppo.make_envs, ppo.Agent, ppo.act)
+        command_line.main(
+            ppo.Args(eval_checkpoint=path, seed=2, eval_episodes=1000), ppo.train, ppo.make_envs, ppo.Agent, ppo.act
+        )
     signal.signal(signal.SIGINT, signal.default_int_handler)  # main() set it for the evaluation: pytest's own again
     lines = capsys.readouterr().err.strip().splitlines()
     assert end.value.code == 1 and lines == [

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from ppo_utils import checkpoints
+from ppo_utils import evaluation
 from ppo_utils import run as ppo_run
 import torch
 from conftest import ROOT, SCRIPTS, continuous, load_script, read_scalars, run_script
@@ -300,7 +301,7 @@ def test_evaluation_stops_at_once_on_a_signal(tmp_path, monkeypatch, stop_signal
 
 SECOND_CTRL_C = """
 import os, signal, sys, time
-from ppo_utils.run import stop_on_signals
+from ppo_utils.command_line import stop_on_signals
 stops = stop_on_signals()
 os.kill(os.getpid(), signal.SIGINT)
 os.kill(os.getpid(), signal.SIGINT)  # a copy torchrun forwards at once: the same request
@@ -370,7 +371,7 @@ def test_a_run_of_one_step_minibatches_per_env_evaluates(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cont.train(cont.Args(env_id="Pendulum-v1", num_envs=2, num_steps=1, num_minibatches=1, total_timesteps=2, compile=False))
     (path,) = glob.glob("runs/*/agent.pt")
-    returns = ppo_run.evaluate(cont.Args(eval_checkpoint=path, eval_episodes=1), cont.make_envs, cont.Agent, cont.act)
+    returns = evaluation.evaluate(cont.Args(eval_checkpoint=path, eval_episodes=1), cont.make_envs, cont.Agent, cont.act)
     assert len(returns) == 1 and -2000 < returns[0] < 0  # one whole Pendulum episode: 200 steps of cost in [-16.3, 0]
 
 

@@ -13,11 +13,12 @@ from ppo_utils import checkpoints
 import gymnasium as gym
 import numpy as np
 import pytest
+from ppo_utils import logs
 from ppo_utils import run as ppo_run
 import torch
 from conftest import ROOT, load_script, read_scalars, run_script, write_checkpoint
 from ppo_utils.flag_checks import ArgError
-from ppo_utils.run import RunLog
+from ppo_utils.logs import RunLog
 
 
 def test_resume_flags_takes_the_checkpoints_flags_and_refuses_others(tmp_path):
@@ -43,7 +44,7 @@ def test_runlog_writes_the_episodes_at_their_own_steps_and_the_scalars_at_the_up
     args = load_script("ppo_continuous_action").Args(total_timesteps=4)
     log = RunLog(args, "runs/run", None, rank=0, world_size=1)
     clock = iter([100.0] + [102.0] * 5)  # the start, then 2 s later the log (its SPS and progress line)
-    monkeypatch.setattr(ppo_run, "time", SimpleNamespace(time=lambda: next(clock)))
+    monkeypatch.setattr(logs, "time", SimpleNamespace(time=lambda: next(clock)))
     log.start(num_envs=2, global_step=0, last_step=4)
     nothing = {}
     ended = {"final_info": {"episode": {"r": np.array([0.0, 5.0])}, "_episode": np.array([False, True])}}
@@ -82,7 +83,7 @@ def test_the_progress_line_leaves_the_warm_up_out_and_says_nothing_once_a_stop_i
     stop_signals = []
     log = RunLog(args, "runs/run", None, rank=0, world_size=1, stop_signals=stop_signals)
     now = [1000.0]
-    monkeypatch.setattr(ppo_run, "time", SimpleNamespace(time=lambda: now[0]))
+    monkeypatch.setattr(logs, "time", SimpleNamespace(time=lambda: now[0]))
     log.start(num_envs=1, global_step=0, last_step=4000)
     now[0] += 60.0
     log.write(400, {})
@@ -187,6 +188,7 @@ def test_with_capture_video_the_first_lines_say_the_video_is_what_the_warm_up_wa
     monkeypatch.chdir(tmp_path)
     now = [1000.0]
     monkeypatch.setattr(ppo_run, "time", SimpleNamespace(time=lambda: now[0]))
+    monkeypatch.setattr(logs, "time", SimpleNamespace(time=lambda: now[0]))  # the folder's name, the progress line's clock
     args = load_script("ppo_continuous_action").Args(total_timesteps=4000, num_steps=400, num_minibatches=8,
                                                      capture_video=True)  # fmt: skip
     ppo_run.Run(args, resumed_from=None, rank=0, world_size=1).abandon()

@@ -255,7 +255,7 @@ def test_one_adam_step_for_all_agents_is_torch_adam_for_each(groups):
     learning rate (annealed) and epsilon, the agents' steps counted apart (agent 1 stopped for steps 2-3, as X3 stops
     one): the same parameters, moments and step counts, and its agent_optimizer's state_dict (the agent's own learning
     rate and epsilon) loads into a torch.optim.Adam as ppo_continuous_action.py's would."""
-    from ppo_utils.seeds import AgentsAdam
+    from ppo_utils.agents_adam import AgentsAdam
 
     lrs, epss = ADAM_GROUPS[groups]
     for fused in (True, None):
