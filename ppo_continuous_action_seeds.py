@@ -31,8 +31,9 @@ from ppo_utils.agents_adam import AgentsAdam
 from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import distributed_setup, launched_processes
 from ppo_utils.flag_checks import ArgError, check_args
+from ppo_utils.run import finish_runs
 from ppo_utils.seeds import AgentsArgs, agent_infos, agent_runs, check_finite, check_observations, check_seeds
-from ppo_utils.seeds import finish_agents, finish_updates, main, resume_agents, start_agents
+from ppo_utils.seeds import finish_updates, main, resume_agents, start_agents
 
 
 @dataclass
@@ -658,7 +659,7 @@ def train(args: SeedsArgs, stop_signals=()):
 
         finish_updates(runs, iteration, global_step, stats, batch, clip_coef, kl_beta, optimizer, failed, args.script)
 
-    finish_agents(runs, args.script)  # the last checkpoints (--save-model, after a signal), says where it all is
+    finish_runs(runs, args.script)  # the last checkpoints (--save-model, after a signal), says where it all is
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
     returns, sps, names = [run.log.episodic_returns for run in runs], [run.log.sps for run in runs], [run.name for run in runs]
     return {"agent": agent, "agents": agents, "run_name": names, "episodic_returns": returns, "rollout": rollout, "sps": sps}

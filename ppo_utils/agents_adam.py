@@ -3,6 +3,8 @@ leading agent axis, each agent's moments, step count, learning rate and epsilon 
 torch.optim.Adam of views of its rows (what its checkpoint saves and --resume loads). Adam's numbers are
 torch.optim.adam.adam's: it decides no PPO detail."""
 
+from functools import partial
+
 import numpy as np
 import torch
 from torch.optim.adam import adam
@@ -57,11 +59,13 @@ class AgentsAdam:
 
     def agent_optimizer(self, i, params):
         """Agent i's part as a torch.optim.Adam over `params` (its parameters, views of row i) whose state views row i
-        of the moments and step counts: its state_dict() is what ppo_continuous_action.py's optimizer saves."""
+        of the moments and step counts: its state_dict() is what ppo_continuous_action.py's optimizer saves, and its
+        load_state_dict() (--resume) loads such a state into row i (load_agent), where torch's would replace the views."""
         group = self.param_groups[i]
         optimizer = torch.optim.Adam(params, lr=group["lr"], eps=group["eps"], fused=self.fused)
         for p, avg, sq in zip(optimizer.param_groups[0]["params"], self.exp_avgs, self.exp_avg_sqs):
             optimizer.state[p] = {"step": self.steps[i], "exp_avg": avg[i], "exp_avg_sq": sq[i]}
+        optimizer.load_state_dict = partial(self.load_agent, i)
         return optimizer
 
     def load_agent(self, i, saved):

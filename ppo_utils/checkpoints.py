@@ -466,20 +466,35 @@ class Update(NamedTuple):
 
 
 def restore(checkpoint, agent, optimizer, envs, rank, args):
-    """--resume: loads the checkpoint's parameters, optimizer, env statistics and RNG states into what train() made and
-    seeded (X2: rank 0's RNG states; the other ranks draw numbers of their own from a seed moved on by the step).
-    Returns the Update the checkpoint ended."""
-    check_restorable(checkpoint, "--resume", args.resume, agent, optimizer, env_statistics(envs))
-    agent.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    set_env_statistics(envs, checkpoint["env_stats"])
-    set_rng_state(checkpoint["rng"])
-    if rank > 0:  # python, numpy and torch, as train() seeds them
-        seed = rank_seed(args.seed + checkpoint["global_step"], rank)
-        random.seed(seed)
-        np.random.seed(seed)
-        torch.manual_seed(seed)
-    return Update(checkpoint["iteration"], checkpoint["global_step"], checkpoint["kl_beta"])
+    """--resume of a script's run: restore_runs of its checkpoint into what train() made and seeded, the RNG states and
+    env statistics the process's (X2: rank 0's RNG states; the other ranks draw numbers of their own from a seed moved
+    on by the step). Returns the Update the checkpoint ended."""
+
+    def set_streams(_):  # the one checkpoint
+        set_env_statistics(envs, checkpoint["env_stats"])
+        set_rng_state(checkpoint["rng"])
+        if rank > 0:  # python, numpy and torch, as train() seeds them
+            seed = rank_seed(args.seed + checkpoint["global_step"], rank)
+            random.seed(seed)
+            np.random.seed(seed)
+            torch.manual_seed(seed)
+
+    return restore_runs([args.resume], [checkpoint], [agent], [optimizer], [env_statistics(envs)], set_streams)[0]
+
+
+def restore_runs(paths, checkpoints, agents, optimizers, env_stats, set_streams):
+    """--resume of one run or of several (ppo_continuous_action_seeds.py's agents): each checkpoint (of `paths`) checked
+    against its run's agent, optimizer and env statistics (`env_stats`, as env_statistics() gives them) that train()
+    made from its flags, all of them before anything is loaded; then each one's parameters and optimizer state, and
+    `set_streams(checkpoints)`, which puts their RNG states and env statistics where the runs keep them. Returns each
+    one's Update."""
+    for path, checkpoint, agent, optimizer, stats in zip(paths, checkpoints, agents, optimizers, env_stats, strict=True):
+        check_restorable(checkpoint, "--resume", path, agent, optimizer, stats)
+    for checkpoint, agent, optimizer in zip(checkpoints, agents, optimizers):
+        agent.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+    set_streams(checkpoints)
+    return [Update(c["iteration"], c["global_step"], c["kl_beta"]) for c in checkpoints]
 
 
 class Checkpoints:
@@ -504,12 +519,8 @@ class Checkpoints:
             self.kept = (state or {"rng": rng_state(), "env_stats": env_statistics(envs)}) | {"lr": learning_rates}
             self.kept["elapsed"] = float(elapsed)
 
-    def save(self, agent, optimizer, last_update: Update, wandb_id):
-        """Writes the checkpoint of the finished update `last_update` with the kept state."""
-        save_checkpoint(self.path, self.content(agent, optimizer, last_update, wandb_id))
-
     def content(self, agent, optimizer, last_update: Update, wandb_id):
-        """The checkpoint of the finished update `last_update` with the kept state, as save() writes it."""
+        """The checkpoint of the finished update `last_update` with the kept state, as run.save_runs writes it."""
         optimizer = optimizer.state_dict()  # its param_groups are copies
         for group, lr in zip(optimizer["param_groups"], self.kept["lr"]):
             group["lr"] = lr  # G6 may have annealed it for the rollout the stop dropped

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .checkpoints import CheckpointError, Checkpoints, Update, new_run_folder, resume_command, script_as_started
+from .checkpoints import CheckpointError, Checkpoints, Update, new_run_folder, resume_command, save_checkpoints
+from .checkpoints import script_as_started
 from .distributed import all_ranks_mean, processes_per_machine
 from .flag_checks import ArgError, run_name_part
 from .logs import RunLog, say_what_is_to_come
@@ -41,7 +42,8 @@ STOPPED = "stopped by a signal; continue with:"  # the line that ends a stopped 
 class Run:
     """One training run's life cycle around train()'s algorithm: its folder (made for it alone, or a resumed run's own),
     its `log` (RunLog) and `checkpoints`, and the stop signals. train() calls, in order: `start`, `should_stop` (each
-    env step), `check_finite` and `finish_update` (each update), `finish`."""
+    env step), `check_finite` and `finish_update` (each update), `finish`. Several runs of one process
+    (ppo_continuous_action_seeds.py's agents) save and finish together: save_runs, finish_runs."""
 
     active = []  # the runs of this process not yet closed: where a write fails, main() names their checkpoints
 
@@ -165,41 +167,15 @@ class Run:
             self.save()
 
     def save(self):
-        """Writes the checkpoint of the last finished update. Where the disk refuses, the run is closed and
-        CheckpointError says how to continue from the last good checkpoint."""
-        try:
-            self.checkpoints.save(self.agent, self.optimizer, self.last_update, self.log.wandb_id)
-        except CheckpointError as e:
-            self.close_after_failure()  # the logs' last flush may meet the same full disk
-            hint = "start the run again once there is room"
-            if os.path.exists(self.checkpoints.path):
-                hint = "once there is room, continue with: " + self.resume_command()
-            raise CheckpointError(f"{e}; {hint}") from None
+        """Writes the checkpoint of the last finished update (save_runs of this run alone)."""
+        save_runs([self], self.args.script)
 
     def resume_command(self):
         return resume_command(self.args.script, self.checkpoints.path, self.world_size, processes_per_machine())
 
     def finish(self):
-        """The checkpoint of the last finished update (with --save-model, a checkpoint interval, after a stop signal,
-        or over an earlier one: a run folder's agent.pt is its last update or absent); then closes the run and says
-        where its files are and what can be done with them."""
-        saving = self.stopping or self.args.save_model or self.checkpoints.interval or os.path.exists(self.checkpoints.path)
-        if self.rank == 0 and saving:
-            self.save()
-        self.close()
-        if self.rank != 0:
-            return
-        if saving:
-            last = self.last_update
-            print(f"saved the agent after update {last.iteration} (step {last.global_step}) to {self.checkpoints.path}")
-        print(f"logs: {self.folder} (see them with: tensorboard --logdir {os.path.dirname(self.folder) or '.'})")
-        if self.stopping:
-            print(f"{STOPPED} {self.resume_command()}")
-        elif saving:
-            command = ["python", script_as_started(self.args.script), "--eval-checkpoint", self.checkpoints.path]
-            print(f"evaluate it with: {shlex.join(command)}")
-        else:
-            print("no checkpoint written: --save-model or --checkpoint-interval N keeps the agent")
+        """The checkpoint of the last finished update, the run closed, the last lines (finish_runs of this run alone)."""
+        finish_runs([self], self.args.script)
 
     def close(self):
         """Closes the envs, the logs and (X2) the process group; lets go of the run folder. A log the disk refuses
@@ -232,6 +208,56 @@ class Run:
             with open(path, "rb") as f:
                 if b"moov" not in f.read():
                     os.remove(path)
+
+
+def save_runs(runs, script):
+    """Writes the checkpoints of the last finished update of `runs` (one run, or ppo_continuous_action_seeds.py's agents)
+    as one set (save_checkpoints): a crash leaves all of the last set or all of this one, which one command of `script`
+    continues. Where the disk refuses, the runs are closed and CheckpointError names the last good set and that command."""
+    paths = [run.checkpoints.path for run in runs]
+    contents = [run.checkpoints.content(run.agent, run.optimizer, run.last_update, run.log.wandb_id) for run in runs]
+    try:
+        save_checkpoints(paths, contents)
+    except CheckpointError as e:
+        for run in runs:
+            run.close_after_failure()  # the logs' last flush may meet the same full disk
+        hint = "start the run again once there is room"
+        if all(os.path.exists(path) for path in paths):
+            hint = f"once there is room, continue with: {continue_command(runs, script)}"
+        raise CheckpointError(f"{e}; {hint}") from None
+
+
+def continue_command(runs, script):
+    """The command that continues `runs` from their checkpoints: `script` with --resume of each (X2: under torchrun)."""
+    return resume_command(script, [run.checkpoints.path for run in runs], runs[0].world_size, processes_per_machine())
+
+
+def finish_runs(runs, script):
+    """The end of one run, or of ppo_continuous_action_seeds.py's agents together: the checkpoints of their last finished
+    update as one set (with --save-model, a checkpoint interval, after a stop signal, or over an earlier one: a run
+    folder's agent.pt is its last update or absent; X2: rank 0 writes it); then closes the runs and says where their
+    files are and one command of `script`: the one that continues them after a stop signal, or one that plays an agent."""
+    first, paths = runs[0], [run.checkpoints.path for run in runs]
+    saving = first.stopping or first.args.save_model or first.checkpoints.interval or any(map(os.path.exists, paths))
+    if first.rank == 0 and saving:
+        save_runs(runs, script)
+    for run in runs:
+        run.close()
+    if first.rank != 0:
+        return
+    agents = "the agent" if len(runs) == 1 else "the agents"
+    if saving:
+        last = first.last_update
+        print(f"saved {agents} after update {last.iteration} (step {last.global_step}) to {' '.join(paths)}")
+    folders = " ".join(run.folder for run in runs)
+    print(f"logs: {folders} (see them with: tensorboard --logdir {os.path.dirname(first.folder) or '.'})")
+    if first.stopping:
+        print(f"{STOPPED} {continue_command(runs, script)}")
+    elif saving:
+        command = shlex.join(["python", script_as_started(script), "--eval-checkpoint", paths[0]])
+        print(f"evaluate {'it' if len(runs) == 1 else 'one'} with: {command}")
+    else:
+        print(f"no checkpoint written: --save-model or --checkpoint-interval N keeps {agents}")
 
 
 def nonfinite_envs(obs, envs):

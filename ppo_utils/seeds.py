@@ -2,10 +2,10 @@
 NAME=FLAGS) in one process and makes each an ordinary run of ppo_continuous_action.py: each agent's flags (which a
 setting may set), each run's Agent and Adam as views of its rows of the stacked parameters and of AgentsAdam's moments
 (agents_adam.py; what its checkpoint keeps, in the single script's form, with its own random streams and rows of the
-M1/M3 statistics), the agents' checkpoints written as one set, --resume of several checkpoints at once, each agent's
-part of a vector env step's infos, what the runs log and say (each progress line its agent, one command that continues
-them all), and --eval-checkpoint, which plays an agent as the run of ppo_continuous_action.py that it is. It decides no
-PPO detail."""
+M1/M3 statistics; written as one set, and the runs' last lines, by run.py's save_runs and finish_runs), --resume of
+several checkpoints at once (checkpoints.restore_runs), each agent's part of a vector env step's infos, what the runs
+log and say (each progress line its agent), and --eval-checkpoint, which plays an agent as the run of
+ppo_continuous_action.py that it is. It decides no PPO detail."""
 
 import contextlib
 import importlib.util
@@ -24,12 +24,11 @@ import numpy as np
 import torch
 
 from . import command_line
-from .checkpoints import CheckpointError, Checkpoints, Update, check_restorable, finish_interrupted_set
-from .checkpoints import numpy_state_loaded, numpy_state_saved, resume_command, resume_flags, save_checkpoints
-from .checkpoints import script_as_started
+from .checkpoints import CheckpointError, Checkpoints, Update, finish_interrupted_set, numpy_state_loaded
+from .checkpoints import numpy_state_saved, restore_runs, resume_command, resume_flags
 from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import FLAG_RULES, ArgError, check_flags, check_not_empty
-from .run import STOPPED, NonFiniteError, ObservationError, Run, nonfinite_envs
+from .run import NonFiniteError, ObservationError, Run, nonfinite_envs, save_runs
 
 
 def main(args, train, make_envs, Agent, act=None):
@@ -208,10 +207,19 @@ def resume_agents(args, run_args):
 
 class AgentCheckpoints(Checkpoints):
     """An agent's Checkpoints, which its Run never writes alone (due() is never true): the agents' checkpoints are
-    written together, as one set (save_agents), every `interval` updates."""
+    written together, as one set (run.save_runs), every `interval` updates."""
 
     def due(self, iteration):
         return False
+
+    def content(self, *args, **kwargs):
+        """Checkpoints.content with copies of its tensors, which view the agents' stacked ones (torch.save would write
+        the whole stack)."""
+        content = super().content(*args, **kwargs)
+        content["model"] = {name: tensor.clone() for name, tensor in content["model"].items()}
+        state = content["optimizer"]["state"]
+        content["optimizer"]["state"] = {k: {key: value.clone() for key, value in entry.items()} for k, entry in state.items()}
+        return content
 
 
 def agent_runs(args, run_args, resumed, stop_signals):
@@ -239,8 +247,8 @@ def start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, gener
     optimizers = [optimizer.agent_optimizer(i, one.parameters()) for i, one in enumerate(agents)]
     last_updates = [Update(iteration=0, global_step=0, kl_beta=run.args.kl_beta) for run in runs]  # none yet
     if resumed:
-        last_updates = restore_agents([run.args.resume for run in runs], [c for _, c in resumed], agents, optimizer,
-                                      optimizers, envs, shufflers, generators)  # fmt: skip
+        last_updates = restore_agents([run.args.resume for run in runs], [c for _, c in resumed], agents, optimizers, envs,
+                                      shufflers, generators)  # fmt: skip
     share = SimpleNamespace(num_envs=envs.num_envs // len(runs), close=envs.close)  # what a run reads of its envs
     for i, run in enumerate(runs):  # each run's checkpoints keep its agent's own state
         state = partial(agent_state, envs, i, shufflers, generators, share.num_envs)
@@ -298,56 +306,7 @@ def end_update(runs, iteration, failed, script):
         stop_after_failure(runs, failed, script)
     interval = runs[0].checkpoints.interval
     if interval and iteration % interval == 0:
-        save_agents(runs, script)
-
-
-def save_agents(runs, script):
-    """Writes the checkpoints of the last finished update of `runs` as one set (save_checkpoints): a crash leaves all of
-    the last set or all of this one, which one command of `script` continues. Where the disk refuses, the runs are
-    closed and CheckpointError names the last good set and that command."""
-    paths = [run.checkpoints.path for run in runs]
-    contents = [owned(run.checkpoints.content(run.agent, run.optimizer, run.last_update, run.log.wandb_id)) for run in runs]
-    try:
-        save_checkpoints(paths, contents)
-    except CheckpointError as e:
-        for run in runs:
-            run.close_after_failure()  # the logs' last flush may meet the same full disk
-        hint = "start the run again once there is room"
-        if all(os.path.exists(path) for path in paths):
-            hint = f"once there is room, continue with: {resume_command(script, paths, 1, 1)}"
-        raise CheckpointError(f"{e}; {hint}") from None
-
-
-def owned(content):
-    """A checkpoint's content with copies of its tensors that view the agents' stacked ones (torch.save would write
-    the whole stack)."""
-    content["model"] = {name: tensor.clone() for name, tensor in content["model"].items()}
-    state = content["optimizer"]["state"]
-    content["optimizer"]["state"] = {k: {name: value.clone() for name, value in entry.items()} for k, entry in state.items()}
-    return content
-
-
-def finish_agents(runs, script):
-    """Run.finish for the agents together: their last finished update saved as one set (with --save-model, a checkpoint
-    interval, after a stop signal, or over an earlier set), the runs closed, then where their files are and one command:
-    the one that continues them all after a stop signal, or one that plays an agent."""
-    first, paths = runs[0], [run.checkpoints.path for run in runs]
-    saving = first.stopping or first.args.save_model or first.checkpoints.interval or any(map(os.path.exists, paths))
-    if saving:
-        save_agents(runs, script)
-    for run in runs:
-        run.close()
-    if saving:
-        last = first.last_update
-        print(f"saved the agents after update {last.iteration} (step {last.global_step}) to {' '.join(paths)}")
-    folders = " ".join(run.folder for run in runs)
-    print(f"logs: {folders} (see them with: tensorboard --logdir {os.path.dirname(first.folder) or '.'})")
-    if first.stopping:
-        print(f"{STOPPED} {resume_command(script, paths, 1, 1)}")
-    elif saving:
-        print(f"evaluate one with: python {shlex.join([script_as_started(script), '--eval-checkpoint', paths[0]])}")
-    else:
-        print("no checkpoint written: --save-model or --checkpoint-interval N keeps the agents")
+        save_runs(runs, script)
 
 
 def agent_infos(infos, agent, envs_per_agent):
@@ -384,31 +343,31 @@ def agent_state(envs, agent, shufflers, generators, envs_per_agent):
     return {"rng": rng, "env_stats": stats}
 
 
-def restore_agents(paths, checkpoints, agents, optimizer, optimizers, envs, shufflers, generators):
-    """--resume: loads each checkpoint's parameters, Adam state and random streams into its agent's rows, and the M1/M3
-    statistics of all of them into the envs' rows, once every checkpoint is checked against its agent. Returns each
-    agent's Update."""
-    for i, (path, checkpoint, agent, agent_optimizer) in enumerate(zip(paths, checkpoints, agents, optimizers)):
-        own_stats = agent_state(envs, i, shufflers, generators, envs.num_envs // len(agents))["env_stats"]
-        check_restorable(checkpoint, "--resume", path, agent, agent_optimizer, own_stats)
-    for i, (checkpoint, agent, shuffler, generator) in enumerate(zip(checkpoints, agents, shufflers, generators)):
-        agent.load_state_dict(checkpoint["model"])  # into its row of the stacked parameters
-        optimizer.load_agent(i, checkpoint["optimizer"])
-        shuffler.set_state(numpy_state_loaded(checkpoint["rng"]["numpy"]))
-        if generator.device.type == "cpu":
-            generator.set_state(checkpoint["rng"]["torch"])
-        elif checkpoint["rng"]["cuda"]:  # a run saved on a CPU and resumed on a GPU keeps the seeded CUDA stream
-            generator.set_state(checkpoint["rng"]["cuda"][0])
-    stats = {}
-    for key in ("obs_rms", "return_rms"):
-        saved = [checkpoint["env_stats"][key] for checkpoint in checkpoints]
-        if saved[0] is None or isinstance(saved[0], list):  # none, or each env's own entries, env after env
-            stats[key] = None if saved[0] is None else [entry for entries in saved for entry in entries]
-        else:
-            stacked = {part: torch.stack([entry[part] for entry in saved]) for part in ("mean", "var")}
-            stats[key] = stacked | {"count": saved[0]["count"]}
-    set_env_statistics(envs, stats)
-    return [Update(c["iteration"], c["global_step"], c["kl_beta"]) for c in checkpoints]
+def restore_agents(paths, checkpoints, agents, optimizers, envs, shufflers, generators):
+    """--resume of the agents (checkpoints.restore_runs): each checkpoint checked against its agent, then its parameters
+    and Adam state loaded into its agent's rows, its random streams into its agent's, and the M1/M3 statistics of all of
+    them into the envs' rows. Returns each agent's Update."""
+    per_agent = envs.num_envs // len(agents)
+    own_stats = [agent_state(envs, i, shufflers, generators, per_agent)["env_stats"] for i in range(len(agents))]
+
+    def set_streams(checkpoints):
+        for checkpoint, shuffler, generator in zip(checkpoints, shufflers, generators):
+            shuffler.set_state(numpy_state_loaded(checkpoint["rng"]["numpy"]))
+            if generator.device.type == "cpu":
+                generator.set_state(checkpoint["rng"]["torch"])
+            elif checkpoint["rng"]["cuda"]:  # a run saved on a CPU and resumed on a GPU keeps the seeded CUDA stream
+                generator.set_state(checkpoint["rng"]["cuda"][0])
+        stats = {}
+        for key in ("obs_rms", "return_rms"):
+            saved = [checkpoint["env_stats"][key] for checkpoint in checkpoints]
+            if saved[0] is None or isinstance(saved[0], list):  # none, or each env's own entries, env after env
+                stats[key] = None if saved[0] is None else [entry for entries in saved for entry in entries]
+            else:
+                stacked = {part: torch.stack([entry[part] for entry in saved]) for part in ("mean", "var")}
+                stats[key] = stacked | {"count": saved[0]["count"]}
+        set_env_statistics(envs, stats)
+
+    return restore_runs(paths, checkpoints, agents, optimizers, own_stats, set_streams)
 
 
 def finish_updates(runs, iteration, global_step, stats, batch, clip_coef, kl_beta, optimizer, failed, script):
@@ -478,7 +437,7 @@ def stop_after_failure(runs, failed, script, error=NonFiniteError, saved="this u
     if not others:
         raise error(why)
     try:
-        save_agents(others, script)
+        save_runs(others, script)
     except CheckpointError as e:
         raise error(f"{why}; the other agents' checkpoints: {e}") from None
     for run in others:

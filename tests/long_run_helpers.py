@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from ppo_utils import checkpoints
+from ppo_utils import run as ppo_run
 
 # a short run that saves its model, then --eval-checkpoint: (training flags, episodes to evaluate); Atari games are long
 SAVE_THEN_EVALUATE = {
@@ -97,13 +97,14 @@ def stop_mid_rollout_then_resume(cont, tmp_path, monkeypatch, **flags):
     (parameters, optimizer, counters, and the normalization statistics and RNG states, which the dropped rollout had
     moved on), and resuming either update-2 checkpoint must give the same final model, to the last bit. Returns the
     stopped run's checkpoint and the two resumed runs' results, for the caller's own checks."""
-    save = checkpoints.save_checkpoint
+    save = ppo_run.save_checkpoints
 
-    def keep_each(path, checkpoint):  # agent.pt is replaced at each update; the uninterrupted run's update 2 is needed
-        save(path, checkpoint)
-        shutil.copy(path, f"{path}.{checkpoint['iteration']}")
+    def keep_each(paths, contents):  # agent.pt is replaced at each update; the uninterrupted run's update 2 is needed
+        save(paths, contents)
+        for path, checkpoint in zip(paths, contents):
+            shutil.copy(path, f"{path}.{checkpoint['iteration']}")
 
-    monkeypatch.setattr(checkpoints, "save_checkpoint", keep_each)
+    monkeypatch.setattr(ppo_run, "save_checkpoints", keep_each)  # what Run.save writes with
     args = cont.Args(env_id="StopsMidRolloutPendulum-v1", num_steps=64, total_timesteps=64 * 4, num_minibatches=2,
                      update_epochs=1, checkpoint_interval=1, **flags)  # fmt: skip
     for run, stop_signals in (("uninterrupted", []), ("stopped", STOP_REQUESTS)):

@@ -117,7 +117,8 @@ def test_checkpoints_save_the_kept_state_not_what_came_after(tmp_path, monkeypat
     parts.keep(optimizer, envs)
     expected = torch.rand(3)  # the numbers the resumed run must draw next
     optimizer.param_groups[0]["lr"] = 5e-4  # G6's next step, for the rollout the stop drops
-    parts.save(agent, optimizer, checkpoints.Update(iteration=3, global_step=300, kl_beta=1.0), wandb_id=None)
+    update = checkpoints.Update(iteration=3, global_step=300, kl_beta=1.0)
+    checkpoints.save_checkpoint(parts.path, parts.content(agent, optimizer, update, wandb_id=None))  # as Run.save does
     saved = torch.load(parts.path, weights_only=True)
     assert (saved["iteration"], saved["global_step"], saved["optimizer"]["param_groups"][0]["lr"]) == (3, 300, 1e-3)
     torch.manual_seed(123)
