@@ -28,7 +28,7 @@ from ppo_utils.compiled import compiled_backward
 from ppo_utils.distributed import all_ranks_mean, average_gradients, broadcast_parameters
 from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
 from ppo_utils.envpool_backend import EnvpoolVectorEnv
-from ppo_utils.flag_checks import ArgError, check_args
+from ppo_utils.flag_checks import ArgError, check_args, check_envpool
 from ppo_utils.run import Run
 
 gym.register_envs(ale_py)  # the ALE ids exist only once ale_py is registered
@@ -105,6 +105,8 @@ class Args:
         "frame_skip": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A4 off"),
         "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
     }
+    observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}  # what --eval-checkpoint names
+    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph"}  # what the run's first line says slows update 1
 
     @property
     def batch_size(self) -> int:
@@ -124,6 +126,8 @@ class Args:
         first misfit (ppo_utils.flag_checks.check_args calls it, then checks what every script's batch must fit)."""
         if self.gray_after_resize and not self.warp_frame:
             raise ArgError("--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two")
+        if self.vector_env == "envpool":  # G10: what envpool's own wrappers cannot do as the flags ask
+            check_envpool(self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize)
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):

@@ -102,6 +102,7 @@ class Args:
         "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
         "rnn_hidden_size": (lambda v: v >= 1, "pass a positive size"),
     }
+    observation_flags: ClassVar[dict] = {"mask_velocity": "velocities hidden"}  # what --eval-checkpoint names of its env
 
     @property
     def batch_size(self) -> int:

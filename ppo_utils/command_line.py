@@ -11,6 +11,7 @@ import traceback
 from dataclasses import fields
 
 from .checkpoints import CheckpointError, refuse_other_flags, resume_command
+from .contract import check_script
 from .distributed import launched_processes, process_rank
 from .evaluation import evaluate
 from .flag_checks import ArgError
@@ -53,6 +54,7 @@ def run_or_say_why(args, train, make_envs, Agent, act, command_line):
     """main()'s training or evaluation, its errors turned into one line on stderr and an exit code. command_line: the
     words after the script's name, whose flags --resume refuses whatever their values."""
     try:
+        check_script(args, train, make_envs, Agent, act)  # what the package reads of the script (contract.py)
         if args.eval_checkpoint:  # Ctrl-C stops it at once, also where a shell started it in the background (SIG_IGN)
             signal.signal(signal.SIGINT, signal.default_int_handler)
         elif args.resume:

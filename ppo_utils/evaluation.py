@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .checkpoints import check_restorable, checked_saved_flags, load_checkpoint, new_run_folder
+from .contract import declared
 from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import ArgError, check_flags, run_name_part
 from .logs import finished_episodes
@@ -67,19 +68,14 @@ def evaluate(args, make_envs, Agent, act):
     return episodic_returns
 
 
-# the flags whose wrappers change what the agent sees of its env (what it observes, not how it is scaled), and what a
-# value other than the script's default means: an evaluation names those its checkpoint was trained with, for its return
-# is one on that env, not on the plain one
-OBSERVATION_FLAGS = {"mask_velocity": "velocities hidden", "warp_frame": "raw RGB frames", "frame_stack": None}
-
-
 def env_as_trained(Args, saved):
     """The env a checkpoint's agent was trained on, as its flags (`saved`, of the script's `Args`) made it: its id, and
-    the OBSERVATION_FLAGS that are not the script's default, as they are typed ("Pendulum-v1 with --mask-velocity
-    (velocities hidden)")."""
+    those of its Args' `observation_flags` that are not the script's default (their wrappers change what the agent
+    observes of its env, not how it is scaled: its return is one on that env, not on the plain one), as they are typed
+    ("Pendulum-v1 with --mask-velocity (velocities hidden)")."""
     defaults, named = Args(), []
-    for name, meaning in OBSERVATION_FLAGS.items():
-        if name not in saved or not hasattr(defaults, name) or saved[name] == getattr(defaults, name):
+    for name, meaning in declared(Args, "observation_flags").items():
+        if name not in saved or saved[name] == getattr(defaults, name):
             continue
         flag, value = "--" + name.replace("_", "-"), saved[name]
         flag = (flag if value else "--no-" + flag[2:]) if isinstance(value, bool) else f"{flag} {value}"

@@ -250,7 +250,7 @@ def check_not_empty(args) -> None:
         many = isinstance(value, tuple)
         if not (value == "" or (many and "" in value) or (many and not value and field.default != ())):
             continue
-        example = ENV_KINDS[args.env_kinds[0]].example if getattr(args, "env_kinds", None) else "CartPole-v1"
+        example = ENV_KINDS[args.env_kinds[0]].example
         default = " ".join(map(str, field.default)) if isinstance(field.default, tuple) else repr(field.default)
         fix = EMPTY_FIXES.get(field.name, f"pass a value, or leave {flag} out for its default ({default})")
         if many and field.name == "resume":
@@ -278,8 +278,9 @@ def check_flags(args) -> None:
 def check_args(args, world_size=None) -> None:
     """Validates the flags and the env id before anything starts, before any run folder too; raises ArgError with a
     one-line message. In order: each flag's range (check_flags), the env id (one of the kinds of ENV_KINDS in its Args'
-    `env_kinds`), the step budget, how the script's flags fit together (its Args' `check(world_size, kind)`), how the
-    batch splits (check_batch), envpool's limits, and whether --capture-video can record here. world_size: the processes
+    `env_kinds`), the step budget, how the script's flags fit together (its Args' `check(world_size, kind)`, where the
+    Atari scripts check envpool's limits, check_envpool), how the batch splits (check_batch), and whether
+    --capture-video can record here. world_size: the processes
     under torchrun (X2), each collecting a batch of its own."""
     from .distributed import launched_processes  # here, not above: distributed.py imports ArgError from this module
 
@@ -293,8 +294,6 @@ def check_args(args, world_size=None) -> None:
         raise ArgError(f"--total-timesteps {args.total_timesteps} is less than {batch}; raise it")
     args.check(world_size, kind)
     check_batch(args)
-    if getattr(args, "vector_env", None) == "envpool" and "atari" in args.env_kinds:
-        check_envpool(args, kind)
     if kind != "atari" and args.capture_video:
         check_rendering(args.env_id, kind)
     if args.capture_video:
@@ -316,8 +315,9 @@ def check_batch(args):
         )
 
 
-def check_envpool(args, kind):
-    """--vector-env envpool (the Atari scripts): what envpool's own wrappers cannot do as the flags ask."""
+def check_envpool(env_id, kind, capture_video, noop_max, gray_after_resize):
+    """--vector-env envpool (the Atari scripts' Args.check calls it with their flags' values): what envpool's own
+    wrappers cannot do as the flags ask."""
     if kind != "atari":
         raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
     try:
@@ -325,14 +325,14 @@ def check_envpool(args, kind):
     except ImportError:
         raise ArgError("--vector-env envpool: envpool is not installed here; pip install envpool (Linux), or add "
                        "--vector-env sync") from None  # fmt: skip
-    if args.capture_video:
+    if capture_video:
         raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
-    if args.noop_max == 0:
+    if noop_max == 0:
         raise ArgError("envpool cannot turn A1 off (--noop-max 0); add --vector-env sync")
-    if args.gray_after_resize:
+    if gray_after_resize:
         raise ArgError("envpool grays its frames its own way, not with --gray-after-resize; add --vector-env sync")
-    if ":" in args.env_id:  # envpool looks the game up by its registered id
-        raise ArgError(f"--vector-env envpool takes the game's registered id: pass --env-id {args.env_id.split(':', 1)[1]}")
+    if ":" in env_id:  # envpool looks the game up by its registered id
+        raise ArgError(f"--vector-env envpool takes the game's registered id: pass --env-id {env_id.split(':', 1)[1]}")
 
 
 def check_env_id(env_id, env_kinds):
@@ -439,48 +439,48 @@ def gl_trouble(what, error):
     )
 
 
-def check_action_mask(args, kind):
+def check_action_mask(env_id, seed, kind, envpool):
     """ppo_masked.py's D1 and D2 contract (docs/flags.md#your-own-environment), checked on one env made for it: the mask is
     a dict observation's "action_mask" or, as sb3-contrib's MaskablePPO reads it, the env's action_masks() method (the
     script's make_envs puts it into the observation); booleans or 0/1 integers, one per choice of each action component
     (Discrete(n): n), or for a MultiDiscrete's dict entry one joint grid of all their combinations; the choices count
     from 0. ArgError in one line naming what the env gave; a joint grid is taken, with a note that it is enforced per
-    component. `kind`: env_kind's ("masked": the mask is a dict entry)."""
+    component. `kind`: env_kind's ("masked": the mask is a dict entry); `envpool`: made by envpool (its tasks)."""
     from_method = kind != "masked"  # no "action_mask" entry: sb3-contrib's action_masks() method, or no mask at all
-    if args.vector_env == "envpool":  # envpool's tasks keep the contract: only a joint mask (Tetris') to note
+    if envpool:  # --vector-env envpool: envpool's tasks keep the contract: only a joint mask (Tetris') to note
         from .envpool_backend import EnvpoolTasks
 
-        envs = EnvpoolTasks(args.env_id, num_envs=1, seed=args.seed)
+        envs = EnvpoolTasks(env_id, num_envs=1, seed=seed)
         action_space, space = envs.single_action_space, envs.single_observation_space["action_mask"]
         mask = np.zeros(space.shape, space.dtype)  # its size and type: the values are of no matter here
         envs.close()
     else:
-        env = gym.make(args.env_id, disable_env_checker=True)  # gymnasium's checker would warn of the faults named here
+        env = gym.make(env_id, disable_env_checker=True)  # gymnasium's checker would warn of the faults named here
         if from_method and not env.has_wrapper_attr("action_masks"):
             env.close()
             raise ArgError(
-                f"--env-id {args.env_id} gives no action mask; give its dict observations an 'action_mask' entry or "
+                f"--env-id {env_id} gives no action mask; give its dict observations an 'action_mask' entry or "
                 "the env an action_masks() method (sb3-contrib's), or add --no-mask-actions, or use ppo.py"
             )
-        obs, _ = env.reset(seed=args.seed)
+        obs, _ = env.reset(seed=seed)
         action_space = env.action_space
         mask = np.asarray(env.get_wrapper_attr("action_masks")() if from_method else obs["action_mask"])
         declared = None if from_method else env.observation_space["action_mask"]
         env.close()
         if declared is not None and declared.shape != mask.shape:  # the vector env would fail to batch it
             raise ArgError(
-                f"--env-id {args.env_id} gives an action mask of shape {mask.shape} where its observation space says "
+                f"--env-id {env_id} gives an action mask of shape {mask.shape} where its observation space says "
                 f"{declared}; make them agree"
             )
     nvec = np.array([action_space.n]) if isinstance(action_space, gym.spaces.Discrete) else action_space.nvec
     if nvec.ndim != 1:  # D2's components are one row
         raise ArgError(
-            f"--env-id {args.env_id} has {nvec.ndim}-D MultiDiscrete({nvec.tolist()}) actions; ppo_masked.py takes one "
+            f"--env-id {env_id} has {nvec.ndim}-D MultiDiscrete({nvec.tolist()}) actions; ppo_masked.py takes one "
             f"row of components: give the env MultiDiscrete({nvec.ravel().tolist()}) and reshape the action in it"
         )
     if np.any(action_space.start != 0):  # D1: the mask's entry j is choice j, and the agent sends j
         raise ArgError(
-            f"--env-id {args.env_id} has {action_space} actions; ppo_masked.py counts each component's choices from 0, "
+            f"--env-id {env_id} has {action_space} actions; ppo_masked.py counts each component's choices from 0, "
             "as the mask's entries: give the space start 0 and add the start to the action in the env"
         )
     sizes, wanted = [nvec.sum()], f"{nvec.sum()} flags, one per action"
@@ -490,16 +490,16 @@ def check_action_mask(args, kind):
         wanted += f"{' x '.join(map(str, nvec))} grid of {nvec.prod()}"
     if mask.size not in sizes:
         raise ArgError(
-            f"--env-id {args.env_id} gives an action mask of {mask.size} entries for {action_space} actions; give {wanted}"
+            f"--env-id {env_id} gives an action mask of {mask.size} entries for {action_space} actions; give {wanted}"
         )
     if mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():  # 0.3 and NaN would read as valid
         raise ArgError(
-            f"--env-id {args.env_id} gives a {mask.dtype} action mask (values {np.unique(mask)[:4]}); give booleans "
+            f"--env-id {env_id} gives a {mask.dtype} action mask (values {np.unique(mask)[:4]}); give booleans "
             "(True: valid) or 0/1 integers, as gymnasium's MultiBinary"
         )
     if mask.size != nvec.sum():
         print(
-            f"note: --env-id {args.env_id} gives one joint {' x '.join(map(str, nvec))} action mask; D2 draws each "
+            f"note: --env-id {env_id} gives one joint {' x '.join(map(str, nvec))} action mask; D2 draws each "
             "component on its own, so the mask is enforced per component (each keeps the choices some allowed joint "
             "action has) and a joint action it forbids can still be sent",
             file=sys.stderr,

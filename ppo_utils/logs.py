@@ -13,6 +13,7 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.tensorboard import SummaryWriter
 
+from .contract import declared
 from .flag_checks import ArgError
 
 
@@ -130,7 +131,8 @@ class RunLog:
 def say_what_is_to_come(args, folder, updates, world_size):
     """The line a session starts with (rank 0), as soon as its folder is known: the first update, its warm-up (the
     first rollout, --compile building its graph), can take a minute before the first progress line."""
-    compiling = " (--compile builds its graph)" if getattr(args, "compile", False) else ""
+    notes = [note for flag, note in declared(type(args), "warm_up").items() if getattr(args, flag)]  # --compile's
+    compiling = f" ({'; '.join(notes)})" if notes else ""
     video = ""
     if args.capture_video:  # RecordVideo renders every step of the episodes it records (0, 1, 8, 27, ... of env 0)
         video = ("; --capture-video renders each step of the episodes it records (0, 1, 8, 27, ...), which slows them "

@@ -32,9 +32,10 @@ from .run import NonFiniteError, ObservationError, Run, nonfinite_envs, save_run
 
 
 def main(args, train, make_envs, Agent, act=None):
-    """ppo_utils.command_line.main for ppo_continuous_action_seeds.py: trains the agents (no act: a batched agent is played by no
-    evaluation); --eval-checkpoint plays an agent's checkpoint with ppo_continuous_action.py's evaluation (its envs, its
-    network, its act), for each agent is a run of that script (with --resume too, command_line.main refuses the pair in one line)."""
+    """ppo_utils.command_line.main for ppo_continuous_action_seeds.py: trains the agents (no act: a batched agent is
+    played by no evaluation); --eval-checkpoint plays an agent's checkpoint with ppo_continuous_action.py's evaluation
+    (its envs, its network, its act), for each agent is a run of that script (with --resume too, command_line.main
+    refuses the pair in one line)."""
     if not args.eval_checkpoint or args.resume:
         return command_line.main(args, train, make_envs, Agent, act)
     if len(args.seeds) > 1:
