@@ -16,7 +16,7 @@ all. The diff against ppo_continuous_action.py shows what batching adds. No torc
 import os
 import random
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -27,114 +27,16 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
+import ppo_continuous_action as parent
+from ppo_continuous_action import Agent, Args, adapt_kl_beta, batch_kl, compute_gae, make_env, normalize_advantages
+from ppo_continuous_action import policy_loss, value_loss
 from ppo_utils.agents_adam import AgentsAdam
 from ppo_utils.compiled import compiled_backward
-from ppo_utils.distributed import distributed_setup, launched_processes
-from ppo_utils.flag_checks import ArgError, check_args
+from ppo_utils.distributed import distributed_setup
+from ppo_utils.flag_checks import check_args
 from ppo_utils.run import finish_runs
 from ppo_utils.seeds import AgentsArgs, agent_infos, agent_runs, check_finite, check_observations, check_seeds
-from ppo_utils.seeds import finish_updates, main, resume_agents, start_agents
-
-
-@dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]  # the experiment: runs/{env_id}__{exp_name}__{seed}__{time}
-    seed: tyro.conf.Suppress[int] = 1  # one agent's seed (each agent's run and checkpoint has one); --seeds sets them
-    torch_deterministic: bool = True  # sets `torch.backends.cudnn.deterministic`
-    cuda: bool = True  # use CUDA when a GPU is present (the CPU otherwise)
-    torch_threads: int = 1  # torch's CPU threads; 0: one per core (1 suits these small MLPs best)
-    compile: bool = True  # each minibatch's loss and gradients as one torch.compile'd graph (docs/flags.md)
-    tf32: bool = False  # on a GPU, matmuls and convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
-    fused_adam: bool = True  # Adam's fused kernel (the same steps up to float rounding); off: PyTorch's default Adam
-    track: bool = False  # log to Weights and Biases too (config, code, scalars, videos); WANDB_MODE=offline works
-    wandb_project_name: str = "ppo-details"  # the wandb project
-    wandb_entity: str | None = None  # the wandb entity (team); None: your default entity
-    capture_video: bool = False  # record videos of env 0 under runs/{run_name}/videos (headless: MUJOCO_GL defaults to egl)
-    save_model: bool = True  # save the agent and all it needs to train on to runs/{run_name}/agent.pt at the end
-    checkpoint_interval: int | None = None  # updates between checkpoints; None: 100 with --save-model, else none; 0: none
-    resume: str | None = None  # continue the run saved in this agent.pt (its flags, schedules, statistics, RNG states)
-    eval_checkpoint: str | None = None  # play this agent.pt instead of training and report its mean episodic return
-    eval_episodes: int = 10  # how many episodes --eval-checkpoint plays
-
-    env_id: str = "Hopper-v5"  # a gymnasium environment with a continuous (Box) action space
-    mask_velocity: bool = False  # positions only: drop the velocities from observations (v5 MuJoCo tasks, Pendulum-v1)
-    total_timesteps: int = 1_000_000  # environment steps of the whole run, summed over the parallel envs
-    num_envs: int = 1  # (G10) number of parallel environments
-    num_steps: int = 2048  # (G10) steps per environment in each rollout (the paper's horizon T)
-    vector_env: Literal["sync", "async"] = "sync"  # (G10) gymnasium's SyncVectorEnv, or AsyncVectorEnv (a subprocess per env)
-
-    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) the objective of the paper's Table 1
-    clip_coef: float = 0.2  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
-    kl_beta: float = 1.0  # (G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)
-    kl_dtarg: float = 0.01  # (G1) the target KL d_targ of kl-adaptive
-    gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end
-    gamma: float = 0.99  # (G2) the discount factor gamma, in [0, 1]
-    gae_lambda: float = 0.95  # (G2) the GAE lambda, in [0, 1]
-    norm_adv: bool = True  # (G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed
-    clip_vloss: bool = True  # (G4) clip the value loss around the rollout's values; off: plain squared error
-    ent_coef: float = 0.0  # (G5) the coefficient of the entropy bonus in the loss; 0 turns it off
-    vf_coef: float = 0.5  # (G5) the coefficient of the value loss in the loss
-    anneal_lr: bool = True  # (G6) anneal the learning rate linearly to 0 over the run; off: constant
-    learning_rate: float = 3e-4  # (G6) the Adam learning rate (at the start of the run)
-    num_minibatches: int = 32  # (G7) minibatches per epoch; 1 = the full batch
-    update_epochs: int = 10  # (G7) epochs over each rollout
-    max_grad_norm: float = 0.5  # (G8) clip the global L2 norm of all gradients to this value; 0 turns it off
-    ortho_init: bool = True  # (G9) orthogonal init (gains sqrt(2) hidden, 0.01 policy, 1 value); off: PyTorch's default
-    adam_eps: float = 1e-5  # (G11) the epsilon of Adam (PyTorch's default is 1e-8)
-
-    norm_obs: bool = True  # (M1) normalize observations by running statistics shared by all envs and ranks; off: raw
-    clip_obs: float = 10.0  # (M2) clip normalized observations to [-clip_obs, clip_obs]; 0 (or --no-norm-obs): off
-    norm_reward: bool = True  # (M3) divide rewards by the running std of a discounted return; off: raw rewards
-    clip_reward: float = 10.0  # (M4) clip scaled rewards to [-clip_reward, clip_reward]; 0 (or --no-norm-reward): off
-    norm_per_env: bool = False  # (M1, M3) statistics per env (gymnasium's wrappers, as CleanRL); off: shared by all envs
-    state_dependent_std: bool = False  # (M5) a network head outputs the log-std; off: a state-independent log-std parameter
-    log_std_init: float = 0.0  # (M5) the initial log-std (the bias of the head with --state-dependent-std)
-    activation: Literal["tanh", "relu"] = "tanh"  # (M6) the activation of the hidden layers
-    shared_network: bool = False  # (M7) policy and value share their hidden layers; off (the reference): two separate networks
-    clip_action: bool = True  # (M8) clip actions to the action space for the env, storing the raw sample; off: unclipped
-
-    anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 as the learning rate; off: constant
-    target_kl: float | None = None  # (X3) end the update once an epoch's last approximate KL exceeds this; None: off
-
-    bootstrap_truncated: bool = False  # (B1) bootstrap time-limit cuts: reward + gamma * V(final obs); off: as terminations
-
-    script: ClassVar[str] = "ppo_continuous_action.py"  # each agent's checkpoint is a run of that script
-    env_kinds: ClassVar[tuple] = ("continuous",)  # the env ids check_args accepts
-    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
-    # the ranges of this script's own numeric flags, as ppo_utils.flag_checks.FLAG_RULES gives those every script has
-    flag_rules: ClassVar[dict] = {
-        "clip_obs": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M2 off"),
-        "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
-    }
-
-    @property
-    def batch_size(self) -> int:
-        return self.num_envs * self.num_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        return self.batch_size // self.num_minibatches
-
-    @property
-    def num_iterations(self) -> int:
-        """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
-        return self.total_timesteps // (self.batch_size * launched_processes())
-
-    def check(self, world_size: int, kind: str):
-        """How this script's flags fit together, for `world_size` processes (X2) on an env of `kind`; ArgError for the
-        first misfit (ppo_utils.flag_checks.check_args calls it, then checks what every script's batch must fit)."""
-        if self.mask_velocity and self.env_id not in POSITIONS:
-            raise ArgError(f"--mask-velocity knows the positions of {', '.join(POSITIONS)}; leave it off for {self.env_id}")
-        if self.norm_per_env and self.vector_env != "sync":
-            raise ArgError(
-                "--norm-per-env keeps the statistics in each env, where checkpoints reach them with --vector-env sync only; "
-                "add --vector-env sync"
-            )
-        if self.norm_per_env and world_size > 1:
-            raise ArgError(
-                "--norm-per-env keeps statistics per env, which torchrun's ranks (X2) do not merge; drop one of them"
-            )
-
+from ppo_utils.seeds import check_batched_agents, finish_updates, main, resume_agents, start_agents
 
 @dataclass
 class Seeds:  # a base of SeedsArgs, so that --seeds comes first in --help
@@ -144,6 +46,8 @@ class Seeds:  # a base of SeedsArgs, so that --seeds comes first in --help
 
 @dataclass
 class SeedsArgs(Args, Seeds):
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]  # the experiment: runs/{env_id}__{exp_name}__{seed}__{time}
+    seed: tyro.conf.Suppress[int] = 1  # one agent's seed (each agent's run and checkpoint has one); --seeds sets them
     resume: tuple[str, ...] | None = None  # continue the runs in these agent.pt files (one per agent, at the same update)
     eval_checkpoint: str | None = None  # play this agent.pt (of one agent) as ppo_continuous_action.py plays it; --seeds: one
 
@@ -160,57 +64,12 @@ class SeedsArgs(Args, Seeds):
         super().check(world_size, kind)
 
 
-# --mask-velocity: the entries of each task's observation that are positions (a v5 MuJoCo task's qpos part: coordinates
-# and joint angles), the rest (velocities, and Ant's and Humanoid's forces) dropped
-POSITIONS = {
-    "Pendulum-v1": range(2),  # of 3: the cosine and sine of the angle
-    "HalfCheetah-v5": range(8),  # of 17
-    "Hopper-v5": range(5),  # of 11
-    "Walker2d-v5": range(8),  # of 17
-    "Swimmer-v5": range(3),  # of 8
-    "Ant-v5": range(13),  # of 105
-    "Humanoid-v5": range(22),  # of 348
-    "HumanoidStandup-v5": range(22),  # of 348
-    "InvertedPendulum-v5": range(2),  # of 4
-    "InvertedDoublePendulum-v5": range(5),  # of 9: the cart, the two angles' sines and cosines
-    "Reacher-v5": [0, 1, 2, 3, 4, 5, 8, 9],  # of 10: the angles' cosines and sines, the target, the fingertip's offset
-    "Pusher-v5": [*range(7), *range(14, 23)],  # of 23: the joint angles, the fingertip, the object, the goal
-}
-
-
-def make_env(args: Args, idx: int, video_folder: str | None):
-    def thunk():
-        if args.capture_video and video_folder is not None:
-            os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering
-            env = gym.make(args.env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, video_folder)
-        else:
-            env = gym.make(args.env_id)
-        if args.mask_velocity:  # position-only observations
-            keep, space = list(POSITIONS[args.env_id]), env.observation_space
-            space = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
-            env = gym.wrappers.TransformObservation(env, lambda obs: obs[keep], space)
-        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return, before any scaling
-        if args.norm_per_env and args.norm_obs:  # M1, M2 in this env alone (CleanRL's placement)
-            env = gym.wrappers.NormalizeObservation(env)
-            if args.clip_obs > 0:
-                clip = lambda obs: np.clip(obs, -args.clip_obs, args.clip_obs)
-                env = gym.wrappers.TransformObservation(env, clip, env.observation_space)
-        if args.norm_per_env and args.norm_reward:  # M3, M4 in this env alone
-            env = gym.wrappers.NormalizeReward(env, gamma=args.gamma)
-            env = gym.wrappers.ClipReward(env, -args.clip_reward, args.clip_reward) if args.clip_reward > 0 else env
-        return env
-
-    return thunk
-
-
 def make_envs(args: SeedsArgs, video_folders=None) -> gym.vector.VectorEnv:
     """The parallel envs (G10) of all agents as one vector env, agent a's envs at a * num_envs ... (a + 1) * num_envs - 1
     (video_folders[a]: where env 0 of agent a records), and the reference's vector-level wrappers, in the reference's
     order, M1-M4 with statistics per agent."""
     num_agents, video_folders = args.num_agents, video_folders or [None] * args.num_agents
-    thunks = [make_env(args, i, video_folders[i // args.num_envs] if i % args.num_envs == 0 else None)
-              for i in range(num_agents * args.num_envs)]  # fmt: skip
+    thunks = [make_env(args, i % args.num_envs, video_folders[i // args.num_envs]) for i in range(num_agents * args.num_envs)]
     vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
     # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
     # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
@@ -293,59 +152,6 @@ class NormalizeReward(gym.vector.VectorWrapper):
         return obs, (rewards.reshape(self.num_agents, -1) / scale[:, None]).reshape(-1), terminations, truncations, infos
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
-    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
-    if ortho:
-        torch.nn.init.orthogonal_(layer.weight, std)
-        torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-class Agent(nn.Module):
-    def __init__(self, envs, args: Args):
-        super().__init__()
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
-        act_dim = int(np.prod(envs.single_action_space.shape))
-        activation = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation]  # M6
-        ortho = args.ortho_init
-
-        def body():  # two hidden layers of 64 units
-            return nn.Sequential(
-                layer_init(nn.Linear(obs_dim, 64), ortho=ortho),
-                activation(),
-                layer_init(nn.Linear(64, 64), ortho=ortho),
-                activation(),
-            )
-
-        # built in CleanRL's order (the critic whole, then the actor), so that a seed draws the same initial weights
-        self.shared_network = args.shared_network
-        self.critic_body = body()
-        self.critic = layer_init(nn.Linear(64, 1), std=1.0, ortho=ortho)
-        self.actor_body = self.critic_body if args.shared_network else body()  # M7
-        self.actor_mean = layer_init(nn.Linear(64, act_dim), std=0.01, ortho=ortho)
-        self.state_dependent_std = args.state_dependent_std
-        if args.state_dependent_std:  # M5 ablation
-            self.actor_logstd = layer_init(nn.Linear(64, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho)
-        else:  # M5
-            self.actor_logstd = nn.Parameter(torch.full((1, act_dim), args.log_std_init))
-
-    def get_value(self, x):
-        return self.critic(self.critic_body(x))
-
-    def get_action_and_value(self, x, action=None):
-        hidden = self.actor_body(x)
-        action_mean = self.actor_mean(hidden)
-        if self.state_dependent_std:
-            action_logstd = self.actor_logstd(hidden)
-        else:
-            action_logstd = self.actor_logstd.expand_as(action_mean)
-        probs = Normal(action_mean, action_logstd.exp(), validate_args=False)  # a NaN goes on to the guard in train()
-        if action is None:
-            action = probs.sample()
-        value = self.critic(hidden if self.shared_network else self.critic_body(x))
-        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), value
-
-
 class Agents(nn.Module):
     """The agents of all runs as one network: each parameter of `Agent` stacked on a leading agent axis (row i: agent i's,
     the one copy of its weights), every layer applying each agent's weights to that agent's inputs, all agents in one
@@ -386,68 +192,6 @@ class Agents(nn.Module):
 
 
 SURROGATES = Args.__annotations__["surrogate"].__args__  # G1's objectives, in the order of AgentsArgs.surrogate's indices
-
-
-def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
-    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
-    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
-    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values."""
-    num_steps = rewards.shape[0]
-    if gae:
-        advantages = torch.zeros_like(rewards)
-        lastgaelam = 0
-        for t in reversed(range(num_steps)):
-            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
-            nextvalues = next_value if t == num_steps - 1 else values[t + 1]
-            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
-            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
-        returns = advantages + values
-    else:
-        returns = torch.zeros_like(rewards)
-        next_return = next_value
-        for t in reversed(range(num_steps)):
-            nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
-            returns[t] = next_return = rewards[t] + gamma * nextnonterminal * next_return
-        advantages = returns - values
-    return advantages, returns
-
-
-def normalize_advantages(advantages):
-    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's
-    numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
-
-
-def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
-    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last axis.
-    The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased,
-    with the exact KL's gradient in expectation."""
-    logratio = newlogprob - oldlogprob
-    ratio = logratio.exp()
-    pg_loss = -advantages * ratio
-    if surrogate == "clip":
-        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
-    if surrogate == "unclipped":
-        return pg_loss.mean(-1)
-    return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
-
-
-def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
-    """G4: half the squared error (its mean over the last axis); clip_vloss: the larger of the plain and the clipped errors."""
-    v_loss = (newvalue - returns) ** 2
-    if clip_vloss:
-        v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
-        v_loss = torch.max(v_loss, (v_clipped - returns) ** 2)
-    return 0.5 * v_loss.mean(-1)
-
-
-def adapt_kl_beta(kl_beta, kl, kl_dtarg):
-    """G1 kl-adaptive: the paper's rule, applied once per update with the KL measured after it."""
-    if kl < kl_dtarg / 1.5:
-        return kl_beta / 2
-    if kl > kl_dtarg * 1.5:
-        return kl_beta * 2
-    return kl_beta
 
 
 def ppo_loss(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
@@ -531,14 +275,6 @@ def update_policy(agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta,
     return dict(zip(mb_stats, means.T)) | {"epochs": epochs.tolist()}
 
 
-def batch_kl(agent, batch):
-    """The estimate of KL[pi_old, pi] over the whole batch (its last axis), measured after an update (for kl-adaptive)."""
-    with torch.no_grad():
-        _, newlogprob, _, _ = agent.get_action_and_value(batch["obs"], batch["actions"])
-        logratio = newlogprob - batch["logprobs"]
-        return ((logratio.exp() - 1) - logratio).mean(-1)
-
-
 def truncation_bootstrap(agent, infos, terminations, truncations, gamma):
     """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others (each
     env's value from its own agent)."""
@@ -579,12 +315,13 @@ def train(args: SeedsArgs, stop_signals=()):
             generators[-1].set_state(torch.get_rng_state())
         shufflers.append(np.random.RandomState(run.args.seed))  # its minibatches' shuffles: numpy's stream
     agent = Agents(agents)  # their parameters stacked: the one copy, of which each run's Agent views its row
+    agent_args, num_agents = AgentsArgs.of(flags, args, device), len(runs)  # what the loss and the update read, per agent
+    check_batched_agents(envs, agents, agent, parent.ppo_loss, ppo_loss, flags, agent_args, args.script)  # as the parent's
     lr, eps = [f.learning_rate for f in flags], [f.adam_eps for f in flags]  # each agent's
     optimizer = AgentsAdam(agent.parameters(), lr=lr, eps=eps, fused=args.fused_adam or None)  # G11
     backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
     last_updates = start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, generators)  # --resume: loaded
     global_step, kl_beta = last_updates[0].global_step, [update.kl_beta for update in last_updates]
-    agent_args, num_agents = AgentsArgs.of(flags, args, device), len(runs)  # what the loss and the update read, per agent
 
     # storage, with the agent axis after the step's; dones[t] = 1 where obs[t] is the first observation of a new episode
     # (step t-1 ended one). The rewards and episode ends stay on the host until the rollout ends: a step copies the

@@ -25,7 +25,7 @@ import torch
 
 from . import command_line
 from .checkpoints import CheckpointError, Checkpoints, Update, finish_interrupted_set, numpy_state_loaded
-from .checkpoints import numpy_state_saved, restore_runs, resume_command, resume_flags
+from .checkpoints import numpy_state_saved, refuse_other_flags, restore_runs, resume_command, resume_flags
 from .env_statistics import env_statistics, set_env_statistics
 from .flag_checks import FLAG_RULES, ArgError, check_flags, check_not_empty
 from .run import NonFiniteError, ObservationError, Run, nonfinite_envs, save_runs
@@ -74,6 +74,21 @@ def check_seeds(args, world_size, run_args):
         raise ArgError(f"{args.script} trains its agents in one process; for torchrun (X2) use ppo_continuous_action.py")
     if args.track and agents > 1:
         raise ArgError("--track sends one run per process to wandb; train one agent, or `wandb sync` the runs' folders later")
+    default = run_args()
+    for name in unbatched_flags(run_args):  # a flag added to ppo_continuous_action.py since this script batched its flags
+        if getattr(args, name) != getattr(default, name):
+            raise ArgError(
+                f"--{name.replace('_', '-')} is a flag of ppo_continuous_action.py that {args.script} does not batch; "
+                f"leave it at its default ({getattr(default, name)!r}), or train each seed with ppo_continuous_action.py"
+            )
+
+
+def unbatched_flags(run_args):
+    """The flags of `run_args` (ppo_continuous_action.py's Args) that the batched script was not written for: neither
+    PER_AGENT's nor SHARED's. At its default such a flag is taken to do what the script did before it (so its agents
+    train batched, and their checkpoints hold it); set, it is refused."""
+    batched = {*PER_AGENT, *(name for names in SHARED.values() for name in names)}
+    return [field.name for field in fields(run_args) if field.name not in batched]
 
 
 # --setting: the flags of ppo_continuous_action.py an agent may set for itself, each a number or a choice of the loss,
@@ -91,6 +106,11 @@ SHARED = {
         "clip_action", "gamma",
     ),
     "changes the rollout's loop for all agents": ("gae", "bootstrap_truncated"),
+    "is the process's (its devices, logs and checkpoints)": (
+        "exp_name", "seed", "torch_deterministic", "cuda", "torch_threads", "compile", "tf32", "fused_adam", "track",
+        "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval", "resume",
+        "eval_checkpoint", "eval_episodes",
+    ),
 }  # fmt: skip
 
 
@@ -126,7 +146,7 @@ def setting_values(name, words, kinds):
         if not word.startswith("--") or field not in kinds:
             raise ArgError(f"--setting {name}: {word} is not a flag of ppo_continuous_action.py; see its --help")
         if field not in PER_AGENT:
-            why = next((why for why, names in SHARED.items() if field in names), "belongs to the process")
+            why = next((why for why, names in SHARED.items() if field in names), "is a flag this script does not batch")
             fix = "--seeds sets each agent's" if field == "seed" else "pass it outside --setting"
             raise ArgError(f"--setting {name}: {word} {why}; {fix}")
         if kinds[field] is bool:
@@ -186,7 +206,8 @@ def resume_agents(args, run_args):
     completed = finish_interrupted_set(args.resume)  # a set whose writing was cut short between two renames
     if completed:
         print(f"the last checkpoints of these runs were cut short while written; completed them: {' '.join(completed)}")
-    loaded = [resume_flags(run_args(**common_flags(args, run_args), resume=path)) for path in args.resume]
+    refuse_other_flags(args)  # each run continues with its checkpoint's flags, as its own --resume does
+    loaded = [resume_flags(run_args(resume=path)) for path in args.resume]
     (first, checkpoint), agents = loaded[0], [(flags.exp_name, flags.seed) for flags, _ in loaded]
     shared = [field.name for field in fields(run_args) if field.name not in (*PER_AGENT, "seed", "exp_name", "resume")]
     for path, (flags, other) in zip(args.resume[1:], loaded[1:]):
@@ -233,6 +254,46 @@ def agent_runs(args, run_args, resumed, stop_signals):
         runs[-1].checkpoints = AgentCheckpoints(runs[-1].args, runs[-1].folder, rank=0, world_size=1)
         runs[-1].label = f"{flags.exp_name} seed {flags.seed}" if several else f"seed {flags.seed}"  # what lines call it
     return runs
+
+
+def check_batched_agents(envs, agents, agent, single_loss, batched_loss, flags, agent_args, script):
+    """ArgError, before the first step, where the batched network or loss computes for an agent something other than
+    what ppo_continuous_action.py's Agent (`agents`, each with its own flags, `flags`) and ppo_loss (`single_loss`)
+    compute: a change to the parent that the batched twins (`agent`, `batched_loss`) do not follow. One probe minibatch
+    per agent, drawn from a generator of its own: the agents' random streams stay as they were."""
+    device, num_agents, probe = next(agent.parameters()).device, len(agents), torch.Generator().manual_seed(0)
+    draw = lambda *shape: torch.randn((num_agents, 64, *shape), generator=probe).to(device)  # noqa: E731
+    mb = {"obs": draw(*envs.single_observation_space.shape), "actions": draw(*envs.single_action_space.shape)}
+    mb |= {key: draw() for key in ("advantages", "returns", "values")}
+    clip_coef = torch.tensor([f.clip_coef for f in flags], device=device)[:, None]
+    kl_beta = torch.tensor([f.kl_beta for f in flags], device=device)
+    try:
+        with torch.no_grad():
+            _, logprob, entropy, value = agent.get_action_and_value(mb["obs"], mb["actions"])
+            mb["logprobs"] = logprob + 0.1 * draw()  # ratios away from 1: the clipped branches count too
+            batched = {"log_prob": logprob, "entropy": entropy, "value": value.squeeze(-1),
+                       "get_value": agent.get_value(mb["obs"]).squeeze(-1)}  # fmt: skip
+            loss, stats = batched_loss(agent, mb, agent_args, clip_coef, kl_beta)
+            batched |= {f"ppo_loss's {key}": value for key, value in stats.items()} | {"ppo_loss": loss}
+            singles = []
+            for i, one in enumerate(agents):
+                _, logprob, entropy, value = one.get_action_and_value(mb["obs"][i], mb["actions"][i])
+                row = {key: value[i] for key, value in mb.items()}
+                single, stats = single_loss(one, row, flags[i], flags[i].clip_coef, flags[i].kl_beta)
+                singles.append({"log_prob": logprob, "entropy": entropy, "value": value.squeeze(-1),
+                                "get_value": one.get_value(mb["obs"][i]).squeeze(-1), "ppo_loss": single}
+                               | {f"ppo_loss's {key}": value for key, value in stats.items()})  # fmt: skip
+    except Exception as e:  # the batched twin cannot run what the parent's Agent now holds
+        raise ArgError(f"{script} cannot batch ppo_continuous_action.py's Agent or ppo_loss as they are now "
+                       f"({type(e).__name__}: {e}); batch the change in {script}, or train each seed with "
+                       "ppo_continuous_action.py") from None  # fmt: skip
+    for key, rows in batched.items():
+        single = sum(one[key] for one in singles) if key == "ppo_loss" else torch.stack([one[key] for one in singles])
+        if not torch.allclose(rows, single, rtol=1e-4, atol=1e-5):
+            where = "ppo_loss" if key.startswith("ppo_loss") else "Agent"
+            raise ArgError(f"{script} computes another {key} than ppo_continuous_action.py's {where} (largest difference "
+                           f"{(rows - single).abs().max().item():.3g}): the parent changed where its batched twin did not; "
+                           f"batch the change in {script}, or train each seed with ppo_continuous_action.py")  # fmt: skip
 
 
 def start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, generators):

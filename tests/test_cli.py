@@ -147,7 +147,7 @@ BAD_INPUTS = [
     ("ppo_continuous_action_seeds", ["--setting", "raw=--no-norm-obs"], "--setting raw: --no-norm-obs changes the vector"),
     ("ppo_continuous_action_seeds", ["--setting", "e=--update-epochs 5"], "--setting e: --update-epochs changes the update's"),
     ("ppo_continuous_action_seeds", ["--setting", "lr=--learning-rate -1"], "--setting lr: --learning-rate -1.0: pass"),
-    ("ppo_continuous_action_seeds", ["--setting", "s=--seed 2"], "--setting s: --seed belongs to the process; --seeds"),
+    ("ppo_continuous_action_seeds", ["--setting", "s=--seed 2"], "--setting s: --seed is the process's (its devices"),
     ("ppo_continuous_action_seeds", ["--setting", "clip-0.1 --clip-coef 0.1"], "--setting clip-0.1 --clip-coef 0.1: write"),
     ("ppo_continuous_action_seeds", ["--setting", "a=", "--setting", "a=--clip-coef 0.1"], "--setting a: the name is given"),
     ("ppo_continuous_action_seeds", ["--setting", "a=--clip-cof 0.1"], "--setting a: --clip-cof is not a flag of"),

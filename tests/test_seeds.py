@@ -31,6 +31,7 @@ import pytest
 import torch
 from conftest import ROOT, load_script, read_scalars, run_script
 from ppo_utils.env_statistics import env_statistics
+from ppo_utils.flag_checks import ArgError
 from ppo_utils.run import STOPPED, NonFiniteError
 
 cont = load_script("ppo_continuous_action")
@@ -219,12 +220,38 @@ def test_agents_given_each_others_settings_are_caught(tmp_path, monkeypatch):
 
     monkeypatch.setattr(seeds_script.AgentsArgs, "of", classmethod(swapped))
     monkeypatch.setattr(seeds_script, "AgentsAdam", LearningRatesSwapped)
+    monkeypatch.setattr(seeds_script, "check_batched_agents", lambda *args: None)  # its probe refuses the swap (below)
     batched, singles, tolerance = train_settings(tmp_path, monkeypatch)
     for agent in (4, 5):
         assert_same_computation(batched, singles[agent], agent, tolerance)
     for agent in (0, 1, 2, 3):
         with pytest.raises(AssertionError, match="weights|rollout"):
             assert_same_computation(batched, singles[agent], agent, tolerance)
+
+
+def test_the_start_refuses_a_batched_loss_or_network_that_parts_from_the_parents(tmp_path, monkeypatch):
+    """check_batched_agents, before the first step: the loss's flags of two agents swapped (as above), or the batched
+    network's value head scaled by 1.001 (as a change to the parent's Agent that Agents did not follow would show), are
+    refused in one line naming what differs; the script as it is passes the same probe (the other tests train)."""
+    monkeypatch.chdir(tmp_path)
+    args = seeds_script.SeedsArgs(env_id="Pendulum-v1", seeds=(1, 2), num_steps=64, num_minibatches=2, compile=False,
+                                  setting=("a=--clip-coef 0.1", "b=--surrogate unclipped"), save_model=False)  # fmt: skip
+    of = seeds_script.AgentsArgs.of.__func__
+
+    def swapped(cls, flags, args, device):
+        flags = list(flags)
+        flags[0], flags[2] = flags[2], flags[0]
+        return of(cls, flags, args, device)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(seeds_script.AgentsArgs, "of", classmethod(swapped))
+        with pytest.raises(ArgError, match="computes another ppo_loss's policy_loss than ppo_continuous_action.py's ppo_loss"):
+            seeds_script.train(args)
+    value_of = seeds_script.Agents.get_value
+    with monkeypatch.context() as patch:
+        patch.setattr(seeds_script.Agents, "get_value", lambda self, x: value_of(self, x) * 1.001)
+        with pytest.raises(ArgError, match=r"computes another get_value than ppo_continuous_action.py's Agent \(largest"):
+            seeds_script.train(args)
 
 
 @pytest.mark.slow
@@ -369,13 +396,13 @@ def test_every_flag_of_the_single_script_keeps_its_meaning():
     theirs = {field.name: field for field in dataclasses.fields(cont.Args)}
     ours = {field.name: field for field in dataclasses.fields(seeds_script.SeedsArgs)}
     assert set(ours) - set(theirs) == {"seeds", "setting"}
-    their_lines = field_lines(ROOT / "ppo_continuous_action.py", "Args")
-    our_lines = field_lines(ROOT / "ppo_continuous_action_seeds.py", "Args")
-    for name in set(theirs) - {"seed", "resume", "eval_checkpoint"}:
-        assert ours[name].type == theirs[name].type and our_lines[name] == their_lines[name], name
-        assert "  # " in our_lines[name], f"{name} has no help (tyro takes the comment after a field)"
-        if name != "exp_name":  # the file's name
-            assert ours[name].default == theirs[name].default, name
+    assert issubclass(seeds_script.SeedsArgs, cont.Args)  # the parent's flags, a flag added there included
+    own = field_lines(ROOT / "ppo_continuous_action_seeds.py", "SeedsArgs")  # the flags it words otherwise
+    own.pop("script")  # a class variable: checkpoints name ppo_continuous_action.py, the batched runs this script
+    assert set(own) == {"exp_name", "seed", "resume", "eval_checkpoint"}
+    assert all("  # " in line for line in own.values()), "a flag without help (tyro takes the comment after a field)"
+    for name in set(theirs) - {"seed", "resume", "eval_checkpoint", "exp_name"}:
+        assert ours[name].type == theirs[name].type and ours[name].default == theirs[name].default, name
 
 
 # 40 updates of 256 steps on Pendulum for two agents, a checkpoint every 5
