@@ -36,11 +36,43 @@ torch.set_num_threads(CORES_EACH)
 ROOT = Path(__file__).resolve().parent.parent  # on pytest's path (pyproject.toml), so the scripts find ppo_utils
 
 
-def pytest_collection_modifyitems(items):
-    """The slow tests first (the order is stable otherwise), so that with several workers none starts last and tails
-    the run. Where envpool is missing, the ppo_masked.py cases of the tests that run a script (in tmp_path) are skipped,
-    naming it: its tasks (its default, Knapsack-v1) are envpool's."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+# The suite's tiers (docs/tests.md; pyproject.toml declares the markers): a test marked none of TIERS is a unit test, in
+# this process and quick, and gets the marker `unit` here (`python -m pytest -m unit`, under a minute on 2 cores).
+# `slow` (a script, a tool or a short training run in seconds) and `docs` run with the unit tests in the README's
+# command; `learning`, `torchrun` and `long` only in the full suite (`python -m pytest`).
+TIERS = ("slow", "docs", "learning", "torchrun", "long")
+HEAVY = ("slow", "learning", "torchrun", "long")
+# the tiers of tests in files that another change owns (test_seeds.py): the longest of the batched script's tests,
+# the equivalence of each agent and a single run with its controls and its resume, kept for the full suite
+TIERS_OF = {
+    "test_seeds.py::test_each_agent_computes_what_the_single_script_computes_for_its_seed": "long",
+    "test_seeds.py::test_each_agent_of_a_setting_computes_what_the_single_script_computes_with_its_flags": "long",
+    "test_seeds.py::test_the_tolerance_follows_a_matmul_kernel_that_rounds_otherwise": "long",
+    "test_seeds.py::test_a_broken_stream_of_one_agent_is_caught": "long",
+    "test_seeds.py::test_a_stopped_batched_run_resumes_each_agent_as_one_continuous_run": "long",
+}
+
+
+def tier_of(item):
+    """The tier marker a test carries (TIERS_OF's where it names the test, in place of its own slow), else unit."""
+    named = TIERS_OF.get(f"{Path(item.path).name}::{item.originalname}")
+    if named is not None:
+        return named
+    return next((tier for tier in TIERS if item.get_closest_marker(tier) is not None), "unit")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test's tier as its marker (tier_of: `unit` where it carries none). The heavy tests first (the order is
+    stable otherwise), so that with several workers none starts last and tails the run. Where envpool is missing, the
+    ppo_masked.py cases of the tests that run a script (in tmp_path) are skipped, naming it: its tasks (its default,
+    Knapsack-v1) are envpool's."""
+    for item in items:
+        tier = tier_of(item)
+        if tier == "unit" or item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
+        if tier != "slow" and item.get_closest_marker("slow") is not None:  # TIERS_OF moved it out of the README's tier
+            item.own_markers = [mark for mark in item.own_markers if mark.name != "slow"]
+    items.sort(key=lambda item: tier_of(item) not in HEAVY)
     if importlib.util.find_spec("envpool") is None:
         skip = pytest.mark.skip(
             reason="ppo_masked.py's tasks are envpool's: needs envpool (in requirements.txt), not installed"
@@ -209,6 +241,73 @@ def run_script_until(name, *flags, cwd, enough, timeout=600):
 def pythonpath_first(folder):
     """A PYTHONPATH that puts `folder` first and keeps what PYTHONPATH held (a GPU machine's installed wheels, say)."""
     return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+
+
+def main_block(name):
+    """A script's `if __name__ == "__main__":` block, compiled to run in its module's namespace (load_script's)."""
+    import ast
+
+    path = ROOT / f"{name}.py"
+    tree = ast.parse(path.read_text())
+    (block,) = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"]
+    return compile(ast.Module(body=block.body, type_ignores=[]), str(path), "exec")
+
+
+# the warnings Python leaves unprinted by default (a user's `python script.py` shows every other one on stderr)
+UNSHOWN = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+
+def run_main_here(name, *flags, cwd, monkeypatch, capfd, path_first=None):
+    """`python <name>.py <flags>` run in `cwd` without a new process, for the checks a bad command line must meet before
+    a run starts: the script's own __main__ block (tyro parses sys.argv; main() turns an error into one line and an
+    exit code) in its module, with `path_first` first on the import path as PYTHONPATH puts it for run_script. Its
+    distributed_setup, the first step of a run after the checks, raises instead, so that a bad input let through fails
+    the test where a process would have trained. Returns (exit code, stderr as the user reads it: what reached file
+    descriptor 2, then each warning a process would have printed, one line each). main() sets SIGINT and SIGTERM
+    handlers; pytest's are put back."""
+    import warnings
+
+    module = load_script(name)
+
+    def run_started(*args, **kwargs):
+        raise AssertionError(f"{name}.py {' '.join(flags)} was let through: the run started")
+
+    monkeypatch.setattr(module, "distributed_setup", run_started)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / f"{name}.py"), *flags])
+    monkeypatch.chdir(cwd)
+    if path_first is not None:
+        monkeypatch.syspath_prepend(str(path_first))
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    capfd.readouterr()
+    code = 0
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for category in UNSHOWN:
+                warnings.filterwarnings("ignore", category=category)
+            try:
+                exec(main_block(name), vars(module))
+            except SystemExit as end:
+                code = end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    shown = [f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}" for w in caught]
+    return code, capfd.readouterr().err + "".join(line + "\n" for line in shown)
+
+
+def forget_modules(names, env_ids=()):
+    """Drops modules a test imported from its own folder (sys.modules) and the env ids they registered (gymnasium's
+    registry; "Maskprobe*" names every id that starts so), so that the next test imports its own copy as a new process
+    would."""
+    import gymnasium
+
+    for module in names:
+        sys.modules.pop(module, None)
+    prefixes = tuple(env_id[:-1] for env_id in env_ids if env_id.endswith("*"))  # "Maskprobe*": every id it starts
+    for env_id in list(gymnasium.envs.registry):
+        if env_id in env_ids or (prefixes and env_id.startswith(prefixes)):
+            del gymnasium.envs.registry[env_id]
 
 
 def write_checkpoint(path, args, **extra):
@@ -406,7 +505,14 @@ def reference_minibatch_loss(agent, mb, args, clip_coef):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# the detail contract
+# the README and the detail contract
+
+
+def readme_block(heading):
+    """The first bash block of the README's section `heading`."""
+    section = (ROOT / "README.md").read_text().split(f"## {heading}", 1)[1]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
 
 DETAILS = ROOT / "docs" / "details.md"  # the flag contract: ids, names, defaults
 COLUMNS = {

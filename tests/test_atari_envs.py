@@ -15,6 +15,7 @@ LAYOUTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("flags,shape", LAYOUTS)
 def test_observation_layout_and_dtype(backend, flags, shape):
@@ -27,6 +28,7 @@ def test_observation_layout_and_dtype(backend, flags, shape):
     envs.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_episode_statistics_are_whole_games_of_raw_rewards(backend):
     """With A3 a lost life ends the agent's episode: Breakout's 5 lives give 5 terminations per reported game, and the
@@ -99,6 +101,7 @@ def first_frames(backend, seed, steps=60):
     return np.stack(frames)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reset_seed_decides_the_episodes(backend):
     """reset(seed=s) gives the same frames for the same s and other frames for another: under torchrun each rank's

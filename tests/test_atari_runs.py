@@ -10,6 +10,7 @@ from conftest import load_script, needs, read_scalars, run_script
 atari = load_script("ppo_atari")
 
 
+@pytest.mark.slow
 def test_uint8_rollout_storage(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = atari.Args(num_envs=2, num_steps=32, total_timesteps=64, num_minibatches=2, update_epochs=1)

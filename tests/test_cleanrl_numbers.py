@@ -18,7 +18,7 @@ from conftest import ROOT, pythonpath_first
 CLEANRL_DIR = os.environ.get("CLEANRL_DIR", "")  # relative to where pytest starts, as a user types it
 FOUND = bool(CLEANRL_DIR) and all(Path(CLEANRL_DIR, name).is_file() for name in ("ppo_atari.py", "ppo_continuous_action.py"))
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.long,
     pytest.mark.skipif(
         not FOUND,
         reason="needs CleanRL's ppo_atari.py and ppo_continuous_action.py in the folder CLEANRL_DIR names "

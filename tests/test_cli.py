@@ -13,7 +13,8 @@ import pytest
 from ppo_utils import checkpoints
 from ppo_utils import evaluation
 import tyro
-from conftest import COLUMNS, ROOT, contract_flags, load_script, pythonpath_first, run_script, write_checkpoint
+from conftest import COLUMNS, ROOT, contract_flags, forget_modules, load_script, pythonpath_first, run_main_here
+from conftest import run_script, write_checkpoint
 
 
 def field_name(flag):
@@ -275,14 +276,63 @@ def assert_one_error_line(stderr, named):
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], stderr
 
 
-@pytest.mark.slow
+@pytest.fixture
+def bad_files(tmp_path):
+    """write_bad_files in tmp_path; afterwards the modules it holds are forgotten (imported in this process by a case
+    run here, with the env ids they register), so that each case imports its own as a new process would."""
+    forget = lambda: forget_modules([OWN, *FAULTY_MODULES], ["MyPendulum-v0", "MyCartPole-v0", "Broken-v0"])  # noqa: E731
+    forget()
+    write_bad_files(tmp_path)
+    yield tmp_path
+    forget()
+
+
 @pytest.mark.parametrize("name,flags,named", BAD_INPUTS, ids=[f"{n}:{' '.join(f)}" for n, f, _ in BAD_INPUTS])
-def test_bad_input_gives_one_line_error(tmp_path, name, flags, named):
+def test_bad_input_gives_one_line_error(bad_files, monkeypatch, capfd, name, flags, named):
+    """Each bad command line through the script's own __main__ block in this process (run_main_here: tyro's parsing,
+    main(), the checks of check_args, the checkpoint and --setting; a new process per case spent ~2.7 s importing
+    torch): exit 1, one line "error: ..." naming the fix on stderr, no traceback, no warning, no run folder.
+    test_bad_input_reaches_the_shell_as_one_line runs some of them as a user does."""
+    code, stderr = run_main_here(name, *flags, cwd=bad_files, monkeypatch=monkeypatch, capfd=capfd, path_first=bad_files)
+    assert code == 1, stderr
+    assert_one_error_line(stderr, named)
+    assert not (bad_files / "runs").exists()  # nothing started
+
+
+# BAD_INPUTS' cases that also run as a user runs them, in a new process (run_script), one or two per script: the one
+# line reaches the shell without a traceback and the process exits 1 where what fails is a module's sys.exit(), a
+# module that raises on import or in its constructor, a shell's glob that matched nothing (tyro's parsing of the real
+# command line), an unclosed quote in --setting, a file that is no checkpoint
+END_TO_END_CASES = [
+    ("ppo", ["--env-id", "ppo_tests_exits_on_import:Foo-v0"]),
+    ("ppo_masked", ["--env-id", ""]),
+    ("ppo_atari", ["--env-id", "ppo_tests_constructor_raises:Broken-v0"]),
+    ("ppo_continuous_action", ["--env-id", "ppo_tests_raises_on_import:Foo-v0"]),
+    ("ppo_continuous_action", ["--eval-checkpoint", "corrupt.pt"]),
+    ("ppo_rnn", ["--resume", "corrupt.pt"]),
+    ("ppo_rnn_continuous_action", ["--env-id", "ppo_tests_exits_on_import:Foo-v0"]),
+    ("ppo_continuous_action_seeds", ["--resume"]),
+    ("ppo_continuous_action_seeds", ["--setting", "a=--surrogate 'clip"]),
+]
+END_TO_END_CASES = [case for case in END_TO_END_CASES if (ROOT / f"{case[0]}.py").exists()]
+END_TO_END = [case for case in BAD_INPUTS if (case[0], case[1]) in END_TO_END_CASES]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,flags,named", END_TO_END, ids=[f"{n}:{' '.join(f)}" for n, f, _ in END_TO_END])
+def test_bad_input_reaches_the_shell_as_one_line(tmp_path, name, flags, named):
     write_bad_files(tmp_path)
     result = run_script(name, *flags, cwd=tmp_path, timeout=120, env={"PYTHONPATH": pythonpath_first(tmp_path)})
     assert result.returncode == 1, result.stderr
     assert_one_error_line(result.stderr, named)
     assert not (tmp_path / "runs").exists()  # nothing started
+
+
+def test_the_end_to_end_cases_cover_each_script():
+    """Every script that has bad-input cases has one run in a new process too, and each case named there is one of
+    BAD_INPUTS (the one line it must give is BAD_INPUTS')."""
+    assert len(END_TO_END) == len(END_TO_END_CASES), "an END_TO_END case that BAD_INPUTS no longer holds"
+    assert {name for name, _, _ in END_TO_END} == {name for name, _, _ in BAD_INPUTS}
 
 
 MODULE_ENVS = [  # each script trains on its kind of env from one's own module; "short": flags that make the run short
@@ -405,6 +455,7 @@ def test_a_folder_passed_as_checkpoint_names_the_agent_pt_under_it(tmp_path):
             checkpoints.load_checkpoint(str(folder), "--resume", args)
 
 
+@pytest.mark.slow
 def test_evaluation_names_the_env_it_plays_and_refuses_another(tmp_path, monkeypatch, capsys):
     """--eval-checkpoint plays the checkpoint's env; an --env-id other than the default and the checkpoint's is refused
     (passing the default itself cannot be told from passing nothing)."""
@@ -423,6 +474,7 @@ def test_evaluation_names_the_env_it_plays_and_refuses_another(tmp_path, monkeyp
         evaluation.evaluate(cont.Args(eval_checkpoint=str(path), env_id="Walker2d-v5"), cont.make_envs, cont.Agent, cont.act)
 
 
+@pytest.mark.slow
 def test_evaluation_names_what_the_agent_saw_of_its_env(tmp_path, monkeypatch, capsys):
     """An agent trained with its velocities hidden (--mask-velocity) is played so, and both evaluation lines say so: its
     return is one on that env, not on the plain Pendulum-v1. The Atari scripts' frame flags are named the same way

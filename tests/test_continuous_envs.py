@@ -158,6 +158,7 @@ def run_tiny(cont, tmp_path, monkeypatch, env_id, **flags):
     return cont.train(args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bootstrap", [True, False])
 def test_truncation_bootstrap_and_autoreset(cont, tmp_path, monkeypatch, bootstrap):
     result = run_tiny(cont, tmp_path, monkeypatch, "TestCounterTruncated-v0", bootstrap_truncated=bootstrap, gamma=0.9)
@@ -174,6 +175,7 @@ def test_truncation_bootstrap_and_autoreset(cont, tmp_path, monkeypatch, bootstr
     np.testing.assert_allclose(rollout["rewards"][:, 0].numpy(), expected, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_termination_is_never_bootstrapped(cont, tmp_path, monkeypatch):
     result = run_tiny(cont, tmp_path, monkeypatch, "TestCounterTerminated-v0", bootstrap_truncated=True)
     np.testing.assert_array_equal(result["rollout"]["dones"][:, 0].numpy(), [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0])

@@ -15,7 +15,7 @@ def only_run_dir(cwd):
     return Path(run_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_learns_inverted_pendulum(tmp_path):
     """A working PPO balances the pendulum (1000 is the maximum) within 80k steps: ten episodes in a row average 900 or
     more. A random policy scores about 5-10 and a broken update (wrong sign, no clipping of a large step, bad
@@ -44,6 +44,7 @@ def logged(run_dir, tag):
     return [value for _, value in read_scalars(run_dir, tag)]
 
 
+@pytest.mark.slow
 def test_annealing_schedules_as_logged(cont, tmp_path, monkeypatch):
     """G6 and X1: linear from the initial value towards 0, one step per update: lr * (1 - (k - 1) / K)."""
     run_dir = train_pendulum(
@@ -60,6 +61,7 @@ def test_constant_schedules_when_off(cont, tmp_path, monkeypatch):
     assert logged(run_dir, "charts/clip_coef") == pytest.approx([0.2] * 3)
 
 
+@pytest.mark.slow
 def test_adaptive_kl_beta_carries_across_updates(cont, tmp_path, monkeypatch):
     # a target no update can reach: beta halves after every update, from one update to the next
     run_dir = train_pendulum(

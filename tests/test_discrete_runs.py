@@ -13,7 +13,7 @@ def episodic_returns(cwd):
     return np.array([value for _, value in read_scalars(run_dir, "charts/episodic_return")])
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_ppo_learns_cartpole(tmp_path):
     """CleanRL's defaults on CartPole-v1 (500 at most), 50k steps (97 updates of 4 envs x 128): the last 20 episodes
     average 100 or more. Measured at this budget, seeds 1-5: 176, 220, 183, 188, 196 (17 s of one core each). Broken
@@ -34,7 +34,7 @@ KNAPSACK = ["--env-id", "Knapsack-v1", "--total-timesteps", "100000", "--gamma",
             "--learning-rate", "1e-3", "--ent-coef", "0", "--num-envs", "8", "--num-steps", "64", "--update-epochs", "10"]  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @needs("envpool")
 def test_ppo_masked_packs_more_than_the_masked_random_policy(tmp_path):
     """Knapsack-v1 (50 items, each episode's values and weights drawn anew; the return is the value packed): the last

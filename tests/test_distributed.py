@@ -89,7 +89,7 @@ def test_initial_parameters_are_the_ones_train_starts_from(tmp_path, monkeypatch
     assert any(not torch.equal(other_seed[key], initial[key]) for key in initial)
 
 
-@pytest.mark.slow
+@pytest.mark.torchrun
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_ranks_hold_bit_identical_parameters(tmp_path, name):
     flags = {**SHORT[name], "update_epochs": 2, "target_kl": 0.05, "cuda": False}
@@ -140,7 +140,7 @@ def test_one_distributed_update_equals_gradients_averaged_by_hand(tmp_path):
             torch.testing.assert_close(distributed[key], value, rtol=1e-4, atol=1e-6)  # Adam moves each weight by ~1e-3
 
 
-@pytest.mark.slow
+@pytest.mark.torchrun
 def test_torchrun_counts_every_ranks_steps_and_episodes(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            str(ROOT / "ppo_continuous_action.py"), "--env-id", "Pendulum-v1", "--num-steps", "256",
@@ -171,7 +171,7 @@ def torchrun(*flags, nproc=2, launcher=()):
             str(free_port()), *launcher, str(ROOT / "ppo_continuous_action.py"), *flags]  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.torchrun
 def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     """Ctrl-C reaches torchrun and both workers (and torchrun forwards it again): the workers save the last finished
     update once and print the torchrun command that continues it. A single process refuses that checkpoint, naming
@@ -210,7 +210,7 @@ def test_ctrl_c_under_torchrun_then_resume_with_as_many_processes(tmp_path):
     np.testing.assert_allclose(lrs, [3e-4 * (1 - k / 100) for k in range(100)], rtol=1e-5)  # G6 goes on where it was
 
 
-@pytest.mark.slow
+@pytest.mark.torchrun
 def test_ctrl_c_in_a_long_rollout_under_torchrun_saves_before_torchrun_kills(tmp_path):
     """torchrun kills its workers a grace period after forwarding a signal (30 s unless --shutdown-timeout says
     otherwise; 5 s here): the ranks agree on a stop every few steps, not only at the end of a rollout that outlasts
@@ -235,7 +235,7 @@ def test_ctrl_c_in_a_long_rollout_under_torchrun_saves_before_torchrun_kills(tmp
     assert torch.load(path, weights_only=True)["iteration"] == 1
 
 
-@pytest.mark.slow
+@pytest.mark.torchrun
 @pytest.mark.parametrize(
     "flags,line",
     [
@@ -440,7 +440,7 @@ def kill_a_worker_after(tmp_path, restarts, iteration=5, updates=60):
     return proc.returncode, out, err, folder
 
 
-@pytest.mark.slow
+@pytest.mark.torchrun
 def test_a_job_with_restarts_survives_a_killed_worker_and_logs_each_step_once(tmp_path):
     """torchrun --max-restarts 1: the killed worker's group is restarted and continues from the run's last checkpoint,
     in the same run folder, to the step budget: TensorBoard's steps go on without gap or repeat."""
@@ -452,7 +452,7 @@ def test_a_job_with_restarts_survives_a_killed_worker_and_logs_each_step_once(tm
     assert torch.load(os.path.join(folder, "agent.pt"), weights_only=True)["iteration"] == 60
 
 
-@pytest.mark.slow
+@pytest.mark.torchrun
 def test_without_restarts_the_surviving_worker_names_the_checkpoint_and_the_command(tmp_path):
     code, out, err, folder = kill_a_worker_after(tmp_path, restarts=0)
     path = os.path.join(os.path.relpath(folder, tmp_path), "agent.pt")

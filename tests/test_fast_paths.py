@@ -77,6 +77,7 @@ def case(request):
     )
 
 
+@pytest.mark.slow
 def test_compiled_backward_gives_the_plain_gradients(case):
     script, args, agent, batch = case
     compiled = compile_support.compiled_backward(script.ppo_loss, agent, torch.device("cpu"))
@@ -172,6 +173,7 @@ def test_compile_without_a_compiler_runs_eagerly_with_a_warning(monkeypatch, cap
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU"))]
 )
@@ -212,6 +214,7 @@ def test_the_rollout_holds_what_the_env_gave_for_the_actions_taken(name, device,
     envs.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_tf32_is_off_unless_asked(name, tmp_path, monkeypatch):
     """--tf32 sets both of torch's TF32 switches (matmuls and cuDNN's convolutions, whose own default is on); without

@@ -589,7 +589,7 @@ FULL_DISK = [  # (env, flags, disk size, the line's start)
 ]  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("env_id,flags,size,line", FULL_DISK, ids=["events", "first checkpoint", "video"])
 def test_a_disk_that_fills_under_the_logs_is_one_line_and_leaves_no_broken_file(small_disk, env_id, flags, size, line):
     """Made real: the run works on a tmpfs of a few KB. TensorBoard's writer thread, torch.save and ffmpeg each meet

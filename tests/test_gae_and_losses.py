@@ -1,13 +1,55 @@
 """The algorithm pieces every script shares (G1-G4, G2 without GAE), against hand-computed cases, the paper's formulas
-and stable-baselines3's RolloutBuffer as an independent implementation."""
+and stable-baselines3's RolloutBuffer as an independent implementation. Each test runs once per distinct text of these
+pieces among the scripts (the six share them byte for byte, as tests/test_layout.py checks: once, on ppo.py); a script
+whose pieces read otherwise (a changed copy, say) is tested on its own."""
+
+import ast
 
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, SCRIPTS, load_script
 from gymnasium.spaces import Box
 from stable_baselines3.common.buffers import RolloutBuffer
 
 T = torch.tensor
+
+PIECES = ("compute_gae", "normalize_advantages", "policy_loss", "value_loss", "adapt_kl_beta")  # self-contained: torch
+
+
+def pieces_text(text):
+    """The source text of PIECES in a script's text, read with ast (None for a piece it lacks)."""
+    found = {node.name: ast.get_source_segment(text, node) for node in ast.parse(text).body if isinstance(node, ast.FunctionDef)}
+    return tuple(found.get(name) for name in PIECES)
+
+
+def once_per_text(texts):
+    """{script: the scripts whose PIECES read as its own}, the first of each group (in `texts`' order) its key."""
+    groups = {}
+    for name, text in texts.items():
+        groups.setdefault(pieces_text(text), []).append(name)
+    return {names[0]: names for names in groups.values()}
+
+
+GROUPS = once_per_text({name: (ROOT / f"{name}.py").read_text() for name in SCRIPTS})
+
+
+@pytest.fixture(params=list(GROUPS), ids=[f"{first}(+{len(names) - 1} same)" for first, names in GROUPS.items()])
+def script(request):
+    """One script of each group of scripts whose pieces read the same (conftest's `script`: every script)."""
+    return load_script(request.param)
+
+
+def test_a_script_whose_pieces_read_otherwise_is_tested_on_its_own():
+    """The grouping can tell: a copy of ppo.py with one changed line in policy_loss is a group of its own, a copy
+    changed elsewhere is not, and the six scripts' groups name each of them once."""
+    text = (ROOT / "ppo.py").read_text()
+    changed = text.replace("ratio = logratio.exp()", "ratio = logratio.exp() * 1.0", 1)
+    assert changed != text, "policy_loss's line is not where this test looks for it"
+    elsewhere = text.replace("def make_env(", "def make_env(  ", 1)
+    assert once_per_text({"ppo": text, "copy": changed}) == {"ppo": ["ppo"], "copy": ["copy"]}
+    assert once_per_text({"ppo": text, "copy": elsewhere}) == {"ppo": ["ppo", "copy"]}
+    assert sorted(name for names in GROUPS.values() for name in names) == sorted(SCRIPTS)
 
 # A 4-step, 1-env segment: step 1 ends an episode, so obs[2] starts a new one (dones[2] = 1); gamma = lambda = 0.5.
 SEGMENT = dict(

@@ -54,7 +54,7 @@ def check_logs_are_one_continuous_run(run_dir):
     np.testing.assert_allclose(lrs, [3e-4 * (1 - k / UPDATES) for k in range(UPDATES)], rtol=1e-5)  # G6 goes on where it was
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize(
     "name,flags,kill_signal",
     [("ppo_continuous_action", FLAGS, signal.SIGTERM), ("ppo_continuous_action", FLAGS, signal.SIGKILL),
@@ -137,7 +137,7 @@ def adam_steps(optimizer_state):
     return [float(state["step"]) for state in optimizer_state["state"].values()]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_save_model_then_evaluate(tmp_path, name):
     flags, episodes = SAVE_THEN_EVALUATE[name]

@@ -6,7 +6,6 @@ Then envpool's tasks as the rollout meets them (no mask that allows nothing), an
 script cannot take."""
 
 import itertools
-import subprocess
 import warnings
 from types import SimpleNamespace
 
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT, load_script, needs, pythonpath_first, run_script
+from conftest import forget_modules, load_script, needs, pythonpath_first, run_main_here, run_script
 from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete
 from torch import nn
 from torch.distributions import Categorical
@@ -670,9 +669,28 @@ BAD_INPUTS = [  # (flags, what the one line must name)
 ]
 
 
-@pytest.mark.slow
+@pytest.fixture
+def probe_folder(tmp_path):
+    """tmp_path holding PROBE_ENVS' module; afterwards it and its env ids are forgotten by this process (a case run here
+    imports it), so that each case imports its own as a new process would."""
+    forget = lambda: forget_modules([PROBE_MODULE], ["Maskprobe*"])  # noqa: E731
+    forget()
+    (tmp_path / f"{PROBE_MODULE}.py").write_text(PROBE_ENVS)
+    yield tmp_path
+    forget()
+
+
+def assert_one_line_naming(code, stderr, named, folder):
+    assert code != 0, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert all(part in lines[0] for part in named), lines[0]
+    assert not (folder / "runs").exists()
+
+
 @pytest.mark.parametrize("flags,named", BAD_INPUTS, ids=[" ".join(flags) for flags, _ in BAD_INPUTS])
-def test_bad_input_is_one_line_and_writes_nothing(tmp_path, flags, named):
+def test_bad_input_is_one_line_and_writes_nothing(probe_folder, monkeypatch, capfd, flags, named):
     """ppo_masked.py run as a user would, in a fresh folder with a module of one's own envs on PYTHONPATH: a Box action
     space (names the continuous script), an env without an action mask under --mask-actions (names --no-mask-actions
     and ppo.py, and the two ways to give a mask; CartPole-v1 without --vector-env, whose default follows the env id), a
@@ -684,14 +702,24 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, flags, named):
     runs/ folder. Fails where a check is missing (the run starts, or dies later with a traceback) or its message does
     not say what to do."""
     pytest.importorskip("envpool")  # the env id check asks envpool first; without it Knapsack-v1 is no task
+    folder = probe_folder
+    code, stderr = run_main_here("ppo_masked", *flags, cwd=folder, monkeypatch=monkeypatch, capfd=capfd, path_first=folder)
+    assert_one_line_naming(code, stderr, named, folder)
+
+
+# two of BAD_INPUTS as a user runs them, in a new process with the module on PYTHONPATH (the others run in this
+# process, through the script's __main__ block: run_main_here): the one line reaches the shell, no traceback
+END_TO_END = [case for case in BAD_INPUTS if case[0][1] in ("CartPole-v1", f"{PROBE_MODULE}:MaskprobeFloat-v0")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags,named", END_TO_END, ids=[" ".join(flags) for flags, _ in END_TO_END])
+def test_bad_input_reaches_the_shell_as_one_line(tmp_path, flags, named):
+    pytest.importorskip("envpool")
     (tmp_path / f"{PROBE_MODULE}.py").write_text(PROBE_ENVS)
     result = run_script("ppo_masked", *flags, cwd=tmp_path, timeout=300, env={"PYTHONPATH": pythonpath_first(tmp_path)})
-    assert result.returncode != 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert all(part in lines[0] for part in named), lines[0]
-    assert not (tmp_path / "runs").exists()
+    assert len(END_TO_END) == 2
+    assert_one_line_naming(result.returncode, result.stderr, named, tmp_path)
 
 
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "64", "--no-compile",
@@ -755,19 +783,3 @@ def test_checking_an_env_id_prints_no_warning(env_id):
         warnings.simplefilter("always")
         assert not envpool_task(env_id)
     assert not caught, [str(w.message) for w in caught]
-
-
-def test_the_readme_states_the_size_of_the_diff_from_ppo_py():
-    """The README's figures for `diff ppo.py ppo_masked.py` are the diff's: its lines, and the lines added and removed."""
-    import re
-    import shutil
-
-    if shutil.which("diff") is None:
-        pytest.skip("no diff program on this machine")
-    text = " ".join((ROOT / "README.md").read_text().split())
-    said = re.search(r"`diff ppo.py ppo_masked.py` [^:]*: (\d+) lines \((\d+) added, (\d+) removed\)", text)
-    assert said, "the README no longer states the diff's size"
-    out = subprocess.run(["diff", "ppo.py", "ppo_masked.py"], cwd=ROOT, capture_output=True, text=True).stdout
-    lines = out.splitlines()
-    counted = (len(lines), sum(line.startswith("> ") for line in lines), sum(line.startswith("< ") for line in lines))
-    assert tuple(int(n) for n in said.groups()) == counted

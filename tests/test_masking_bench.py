@@ -167,39 +167,3 @@ def test_play_cuts_an_episode_that_an_agent_never_ends():
     assert len(rows) == 3 and all(row["length"] <= 50 for row in rows)
     capped = [row for row in rows if row["capped"]]
     assert capped and all(row["length"] == 50 and row["truncated"] and row["ended_invalid"] for row in capped)
-
-
-def rounded_like(said: str, value: float) -> bool:
-    """Whether `said` (a README cell's number: 16.8, 2649, 2,649) is `value` rounded to said's own last digit."""
-    said = said.replace(",", "")
-    decimals = len(said.split(".")[1]) if "." in said else 0
-    return abs(float(said) - value) <= 0.5 * 10**-decimals + 1e-9
-
-
-@needs("envpool")
-def test_the_readmes_masking_table_is_the_reports_data():
-    """Each number of the README's masking table is the committed data's, as masking.py's tables compute it."""
-    import re
-    from pathlib import Path
-
-    from conftest import ROOT
-
-    data = ROOT / "benchmark" / "results" / "masking" / "data"
-    scores, shares, _, _ = masking.masking_tables(Path(data), last=100)
-    table = {}
-    for line in scores.splitlines()[2:]:
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        table[cells[0]] = [[float(n) for n in re.findall(r"-?[\d.]+", cell)] for cell in cells[1:]]
-    share = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in shares.splitlines()[2:]}
-    readme = (ROOT / "README.md").read_text()
-    rows = [line for line in readme.splitlines() if line.startswith(tuple(f"| {task} |" for task in table))]
-    assert len(rows) == len(table) == 3
-    for line in rows:
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        ours = table[cells[0]]  # ours masked, unmasked, MaskablePPO, random valid, random all, mask on, mask removed
-        assert rounded_like(cells[2].rstrip("%"), float(share[cells[0]].rstrip("%"))), cells
-        for cell, (mean, *std) in zip(cells[3:6], ours[:3]):  # mean ± std
-            said_mean, said_std = cell.split(" ± ")
-            assert rounded_like(said_mean, mean) and rounded_like(said_std, std[0]), (cells[0], cell, mean, std)
-        assert rounded_like(cells[6], ours[3][0]), (cells[0], cells[6], ours[3])
-        assert rounded_like(cells[7].split()[0], ours[6][0]), (cells[0], cells[7], ours[6])

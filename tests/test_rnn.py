@@ -133,7 +133,7 @@ LEARNS = {
 }  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.parametrize("name", RECURRENT)
 def test_learns_what_needs_memory(tmp_path, name):
     flags, threshold = LEARNS[name]

@@ -27,6 +27,7 @@ def tiny(tmp_path_factory):
     return tiny_matrix(tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_runner_writes_one_folder_per_run_with_logs(tiny):
     out, first, _, _ = tiny
     assert first.returncode == 0, first.stdout + first.stderr
@@ -40,6 +41,7 @@ def test_runner_writes_one_folder_per_run_with_logs(tiny):
         assert "step 2048/2048" in (folder / "output.log").read_text()
 
 
+@pytest.mark.slow
 def test_runner_skips_finished_runs(tiny):
     out, _, second, stamps = tiny
     assert second.returncode == 0, second.stdout + second.stderr
@@ -143,6 +145,7 @@ def test_runner_runs_a_peer_with_its_own_defaults_and_shares_the_cpus(tmp_path, 
     assert (out / "Pong" / "theirs" / "seed3" / "done.json").exists() and not (out / "Pong" / "skip").exists()
 
 
+@pytest.mark.slow
 def test_a_peers_own_flags_go_to_it_alone_and_its_runs_are_marked_as_a_peers(tmp_path):
     """--peer 'NAME=SCRIPT FLAGS': the peer gets FLAGS after the three it always gets; --flags and the variants' flags
     do not reach it, and its done.json names it as a peer (report.py's "Ours against peers")."""
@@ -260,7 +263,7 @@ def test_ablation_preset_turns_off_each_detail_of_the_contract(name):
     assert covered == expected
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
     out = tmp_path / "x"
     args = [sys.executable, str(ROOT / "benchmark" / "run.py"), "--script", "ppo_continuous_action.py"]
@@ -284,7 +287,7 @@ def test_runner_interrupted_by_ctrl_c_continues_from_the_checkpoint(tmp_path):
     assert (folder / "done.json").exists() and len(list(folder.glob("runs/*"))) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
     """A SIGTERM that reaches a training process but not the runner (a cluster's preemption, a kill): the run saves a
     checkpoint and exits 0 like a finished one, yet it is not done: no done.json, and the runner says so. The same
@@ -311,7 +314,7 @@ def test_runner_does_not_call_a_run_stopped_by_its_own_signal_done(tmp_path):
     assert "step 16384/16384" in (folder / "output.log").read_text() and (folder / "done.json").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runner_stopped_by_sigterm_stops_its_runs_with_a_checkpoint(tmp_path):
     """A SIGTERM to the runner alone (kill, a scheduler) stops it as Ctrl-C does: its run saves a checkpoint and exits,
     no process is left behind, nothing is marked done."""
@@ -335,7 +338,7 @@ def test_runner_stopped_by_sigterm_stops_its_runs_with_a_checkpoint(tmp_path):
     assert not Path(f"/proc/{training}").exists() and not (folder / "done.json").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it(tmp_path):
     """--batch-seeds: the seeds of a task and variant train in one process of ppo_continuous_action_seeds.py; each
     run's folder ends where its own process would have put it, so that the report reads it as any run. Ctrl-C stops
@@ -410,7 +413,7 @@ def test_the_runner_knows_the_flags_a_setting_may_set():
                                       if isinstance(value, bool) and name in PER_AGENT}  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runner_batch_seeds_trains_a_tasks_variants_in_one_process(tmp_path):
     """Two variants that differ in G1's objective and one that changes the envs (G10), two seeds each: the first two
     train in one process (a --setting each), the third in another; every run's folder ends where its own process would
@@ -509,7 +512,7 @@ def children(pid):
     return [int(child) for task in Path(f"/proc/{pid}/task").glob("*/children") for child in task.read_text().split()]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_sigkilled_runners_batch_stops_with_it_and_the_same_command_continues_it(tmp_path):
     """The issue's case: a --batch-seeds runner killed with SIGKILL while its process trains seeds 1 and 2 (their run
     folders still in the process's own folder, <out>/Pendulum-v1/default/runs/). The process does not outlive it: it
@@ -576,7 +579,7 @@ def test_a_run_another_process_trains_is_left_alone(tmp_path, batched):
         os.close(lock)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_finished_run_without_done_json_is_recorded_from_its_files_and_not_run_again(tmp_path):
     """A runner killed after its runs exited leaves them without done.json. One with a checkpoint of its last update
     (--save-model, the default), whose --resume would refuse it as finished, and one without (--no-save-model), whose
@@ -619,7 +622,7 @@ def test_a_batch_tells_the_run_of_a_folder_whose_variant_ends_in_an_underscore()
     assert alone.run_of("Hopper-v5__ppo_continuous_action_seeds-a___1__17", by_setting=True) is None
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_runner_batch_seeds_with_a_variant_ending_in_an_underscore_puts_its_runs_in_place(tmp_path):
     """The issue's case: variants a_ and b of --clip-coef trained in one process; each run ends in its own folder with its
     done.json, none left in the process's folder."""

@@ -59,6 +59,7 @@ def test_one_run_of_this_checkout_against_itself_is_identical():
     assert result.stdout.startswith("continuous-eager: identical ("), result.stdout
 
 
+@pytest.mark.slow
 def test_a_revision_that_does_not_exist_is_one_line_and_exit_2():
     tool = [sys.executable, str(TOOL), "no-such-revision", str(ROOT)]
     result = subprocess.run(tool, cwd=ROOT, capture_output=True, text=True, timeout=60)

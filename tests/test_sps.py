@@ -78,6 +78,7 @@ def test_sps_bad_input_is_one_line_before_anything_runs(tmp_path, args, named):
     assert message.startswith(("error: ", "sps.py: error: ")), message
 
 
+@pytest.mark.slow
 def test_update_compute_counts_the_updates_floating_point_work():
     """sps.py's update FLOPs against a hand count: InvertedPendulum's agent is two MLPs 4-64-64-1 (the actor's head has
     1 output, the critic's 1). Forward, per sample: 2 x (4*64 + 64*64 + 64) = 8,832 multiply-adds. Backward: the

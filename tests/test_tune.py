@@ -120,7 +120,7 @@ def finished_slots(study):
     return sorted(t.user_attrs["slot"] for t in study.trials if t.state == TrialState.COMPLETE)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_workers_on_one_journal_run_each_trial_once(tmp_path):
     """Two tuner processes started together share the study's cap: 4 trials complete, each slot once, none failed,
     each run trained once (one run folder per seed folder), and both workers took trials."""
@@ -136,7 +136,7 @@ def test_two_workers_on_one_journal_run_each_trial_once(tmp_path):
         assert (folder / "done.json").exists() and len(list((folder / "runs").iterdir())) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_worker_killed_mid_batch_leaves_its_trials_to_the_same_command_which_continues_them(tmp_path):
     """SIGKILL to the tuner while its batched process trains two trials: its trials stay running in the storage; the
     same command again marks them failed (its worker died), queues them with the same flags, continues their runs from
@@ -220,7 +220,7 @@ def test_a_pruned_agent_stops_while_the_others_of_its_process_finish(tmp_path, m
     assert "--resume" in resumed and resumed.count("agent.pt") == 2 and "trial-1" not in resumed  # the survivors alone
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_study_ends_with_the_best_flags_and_the_defaults_on_held_out_seeds_and_its_report(tmp_path):
     """Four trials on seed 1, then the best trial's flags and the defaults on seeds 7 and 8 (none of the search's):
     the report has the trials table, the best flags, the held-out comparison and the PNGs, and --report rebuilds it."""

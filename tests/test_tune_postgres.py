@@ -134,7 +134,7 @@ def tree(folder):
     return {str(p): p.stat().st_mtime_ns for p in Path(folder).rglob("*")} if Path(folder).exists() else None
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_tuners_on_one_postgres_study_run_each_trial_once(postgres_url, tmp_path):
     """Two tuner processes started together on a fresh database (both create Optuna's tables and the study, or join
     it): both exit 0; 4 trials complete, none failed, slots 0..3 once each, taken by the two workers; every trial's
@@ -168,6 +168,7 @@ def test_two_tuners_on_one_postgres_study_run_each_trial_once(postgres_url, tmp_
     assert sorted(p.parent.name for p in (tmp_path / "runs" / "Pendulum-v1").glob("*/runs")) == [], outputs
 
 
+@pytest.mark.slow
 def test_a_postgres_storage_that_cannot_be_opened_is_one_line_and_nothing_written(tmp_path):
     """A postgresql:// URL on a port nothing listens on: exit non-zero, one line on stderr ('error: --storage ...'), no
     traceback, and neither --out nor --results created. (No server needed: the module's skip still asks for the
@@ -182,7 +183,7 @@ def test_a_postgres_storage_that_cannot_be_opened_is_one_line_and_nothing_writte
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists(), sorted(tmp_path.rglob("*"))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_postgres_study_joined_with_another_space_is_refused_and_left_as_it_was(postgres_url, tmp_path):
     """A study created by a 1-trial run (one seed); the same command with another --space exits with one line 'error:
     --study S3 exists in this storage with another space ...', adds no trial, changes none of the study's attributes
@@ -205,6 +206,7 @@ def test_a_postgres_study_joined_with_another_space_is_refused_and_left_as_it_wa
     assert after.user_attrs == attrs_before and tree(tmp_path) == files_before
 
 
+@pytest.mark.long
 def test_the_plain_postgresql_url_opens_with_the_drivers_requirements_txt_installs(postgres_url, tmp_path):
     """tune.py's docstring's URL, postgresql://user@host/db, SQLAlchemy choosing the driver: tune.py opens the storage
     and reads its studies, shown without training by a study of that name made beforehand (through Optuna) without

@@ -1,0 +1,128 @@
+"""The docs check: what the README and docs/ say, against the code and the committed data they speak of (marked
+`docs`: `python -m pytest -m docs`, a few seconds; the README's test command runs it). Moved here from the modules of
+what they speak of (docs/tests.md): the Dockerfile's and the README's install and Docker lines (test_docker.py), the
+size of `diff ppo.py ppo_masked.py` (test_masked.py), the masking table (test_masking_bench.py) and Table 1's rows and
+counts (test_table1.py)."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import masking  # benchmark/masking.py (pyproject.toml puts benchmark/ on pytest's path)
+import pandas as pd
+import pytest
+import report_table1
+from conftest import ROOT, needs, readme_block
+
+pytestmark = pytest.mark.docs
+
+DOCKERFILE = ROOT / "Dockerfile"
+README = ROOT / "README.md"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the Dockerfile and the README's Docker section (test_docker.py builds and runs the image where a daemon answers)
+
+
+def pip_installs(text):
+    """The pip install commands in a text, with their arguments, without options that only change pip's cache."""
+    commands = re.findall(r"pip install ([^\n&;\\]+)", text)
+    return sorted(" ".join(a for a in c.split() if a != "--no-cache-dir") for c in commands)
+
+
+def test_dockerfile_installs_what_the_readme_installs():
+    docker_runs = "\n".join(line for line in DOCKERFILE.read_text().splitlines() if line.startswith("RUN"))
+    assert pip_installs(docker_runs) == pip_installs(readme_block("Set up and train")) == ["-r requirements.txt"]
+    assert re.search(r"^COPY requirements\.txt ", DOCKERFILE.read_text(), re.M)
+
+
+def test_readme_shows_the_docker_lines():
+    text = README.read_text()
+    assert re.search(r"^docker build -t (\S+) \.$", text, re.M)
+    image = re.search(r"^docker build -t (\S+) \.$", text, re.M).group(1)
+    runs = [line for line in text.splitlines() if line.startswith("docker run")]
+    assert any("ppo_continuous_action.py" in line and image in line for line in runs)
+    assert any("benchmark/run.py" in line and " -v " in line and image in line for line in runs)
+
+
+def test_readme_names_each_container_it_runs_and_stops_them_by_name():
+    """`docker stop` needs a container's name or id: each docker run line gives a --name, and the text stops the training
+    run and the benchmark matrix by theirs."""
+    runs = [line for line in readme_block("Docker").splitlines() if line.startswith("docker run")]
+    names = {line: re.search(r" --name (\S+) ", line) for line in runs}
+    assert runs and all(names.values()), [line for line, name in names.items() if not name]
+    text = README.read_text().split("## Docker", 1)[1]
+    for started in ("--capture-video", "benchmark/run.py"):
+        (name,) = [name.group(1) for line, name in names.items() if started in line]
+        assert f"`docker stop {name}`" in text, name
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the README's figures
+
+
+def test_the_readme_states_the_size_of_the_diff_from_ppo_py():
+    """The README's figures for `diff ppo.py ppo_masked.py` are the diff's: its lines, and the lines added and removed."""
+    if shutil.which("diff") is None:
+        pytest.skip("no diff program on this machine")
+    text = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"`diff ppo.py ppo_masked.py` [^:]*: (\d+) lines \((\d+) added, (\d+) removed\)", text)
+    assert said, "the README no longer states the diff's size"
+    out = subprocess.run(["diff", "ppo.py", "ppo_masked.py"], cwd=ROOT, capture_output=True, text=True).stdout
+    lines = out.splitlines()
+    counted = (len(lines), sum(line.startswith("> ") for line in lines), sum(line.startswith("< ") for line in lines))
+    assert tuple(int(n) for n in said.groups()) == counted
+
+
+def rounded_like(said: str, value: float) -> bool:
+    """Whether `said` (a README cell's number: 16.8, 2649, 2,649) is `value` rounded to said's own last digit."""
+    said = said.replace(",", "")
+    decimals = len(said.split(".")[1]) if "." in said else 0
+    return abs(float(said) - value) <= 0.5 * 10**-decimals + 1e-9
+
+
+@needs("envpool")
+def test_the_readmes_masking_table_is_the_reports_data():
+    """Each number of the README's masking table is the committed data's, as masking.py's tables compute it."""
+    data = ROOT / "benchmark" / "results" / "masking" / "data"
+    scores, shares, _, _ = masking.masking_tables(Path(data), last=100)
+    table = {}
+    for line in scores.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        table[cells[0]] = [[float(n) for n in re.findall(r"-?[\d.]+", cell)] for cell in cells[1:]]
+    share = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in shares.splitlines()[2:]}
+    readme = (ROOT / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith(tuple(f"| {task} |" for task in table))]
+    assert len(rows) == len(table) == 3
+    for line in rows:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        ours = table[cells[0]]  # ours masked, unmasked, MaskablePPO, random valid, random all, mask on, mask removed
+        assert rounded_like(cells[2].rstrip("%"), float(share[cells[0]].rstrip("%"))), cells
+        for cell, (mean, *std) in zip(cells[3:6], ours[:3]):  # mean ± std
+            said_mean, said_std = cell.split(" ± ")
+            assert rounded_like(said_mean, mean) and rounded_like(said_std, std[0]), (cells[0], cell, mean, std)
+        assert rounded_like(cells[6], ours[3][0]), (cells[0], cells[6], ours[3])
+        assert rounded_like(cells[7].split()[0], ours[6][0]), (cells[0], cells[7], ours[6])
+
+
+def test_the_results_page_shows_table1_as_the_committed_report_has_it():
+    """docs/results.md's Table 1 rows, and its and the README's count of runs, are the committed report's, which
+    rebuilds from the data: a page left behind when runs land fails here."""
+    page, readme = (ROOT / "docs/results.md").read_text(), (ROOT / "README.md").read_text()
+    results = (ROOT / "benchmark/results/table1/README.md").read_text()
+    rows = [line for line in page.splitlines() if line.split(" | ")[0][2:] in report_table1.PAPER_TABLE1]
+    assert [row.split(" | ")[0][2:] for row in rows] == list(report_table1.PAPER_TABLE1)
+    assert all(row in results.splitlines() for row in rows)
+    table = report_table1.table1_seeds(pd.read_csv(ROOT / "benchmark/results/table1/data/runs.csv"))[0]
+    total = 7 * len(report_table1.PAPER_TABLE1) * max(3, table["seed"].nunique())  # runs of whole seeds: 231, 462
+    assert all(f"{len(table)} of {total} runs are in" in text for text in (page, readme, results))
+    clip = next(row for row in rows if row.startswith("| clip-0.2 |")).split(" | ")[2]  # the README's headline figure
+    assert f"clipping at 0.2: {clip}" in readme
+
+
+def test_ci_runs_the_readmes_test_command():
+    """.ci/run (CI) runs the README's test command, word for word: the first line of the README's Test block."""
+    command = readme_block("Test").strip().splitlines()[0]
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python -m pytest")]
+    assert ci == [command], (ci, command)
