@@ -7,7 +7,9 @@ over a batch or is a setting's flag per agent. A setting sets flags of the loss,
 (ppo_utils.seeds.PER_AGENT: --surrogate, --clip-coef, --kl-beta, --kl-dtarg, --gae-lambda, --norm-adv, --clip-vloss,
 --ent-coef, --vf-coef, --max-grad-norm, --learning-rate, --anneal-lr, --adam-eps, --ortho-init, --log-std-init,
 --anneal-clip-coef, --target-kl); those that shape the batch, the network or the loop, or the shared envs are the same for
-all. The diff against ppo_continuous_action.py shows what batching adds. No torchrun (X2).
+all. It imports its parent's other definitions (Args, make_env, Agent, the loss's pieces), so that a change there
+reaches it; a parent flag it was not written for is refused when set, and a network or loss that parts from the parent's
+is refused at the start (ppo_utils.seeds). No torchrun (X2).
 
     python ppo_continuous_action_seeds.py --env-id Hopper-v5 --seeds 1 2 3
     python ppo_continuous_action_seeds.py --seeds 1 2 --setting clip= --setting 'kl=--surrogate kl-adaptive --kl-dtarg 0.03'

@@ -42,22 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent  # on pytest's path (pyproject.tom
 # command; `learning`, `torchrun` and `long` only in the full suite (`python -m pytest`).
 TIERS = ("slow", "docs", "learning", "torchrun", "long")
 HEAVY = ("slow", "learning", "torchrun", "long")
-# the tiers of tests in files that another change owns (test_seeds.py): the longest of the batched script's tests,
-# the equivalence of each agent and a single run with its controls and its resume, kept for the full suite
-TIERS_OF = {
-    "test_seeds.py::test_each_agent_computes_what_the_single_script_computes_for_its_seed": "long",
-    "test_seeds.py::test_each_agent_of_a_setting_computes_what_the_single_script_computes_with_its_flags": "long",
-    "test_seeds.py::test_the_tolerance_follows_a_matmul_kernel_that_rounds_otherwise": "long",
-    "test_seeds.py::test_a_broken_stream_of_one_agent_is_caught": "long",
-    "test_seeds.py::test_a_stopped_batched_run_resumes_each_agent_as_one_continuous_run": "long",
-}
 
 
 def tier_of(item):
-    """The tier marker a test carries (TIERS_OF's where it names the test, in place of its own slow), else unit."""
-    named = TIERS_OF.get(f"{Path(item.path).name}::{item.originalname}")
-    if named is not None:
-        return named
+    """The tier marker a test carries, else unit."""
     return next((tier for tier in TIERS if item.get_closest_marker(tier) is not None), "unit")
 
 
@@ -70,8 +58,6 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(item)
         if tier == "unit" or item.get_closest_marker(tier) is None:
             item.add_marker(tier)
-        if tier != "slow" and item.get_closest_marker("slow") is not None:  # TIERS_OF moved it out of the README's tier
-            item.own_markers = [mark for mark in item.own_markers if mark.name != "slow"]
     items.sort(key=lambda item: tier_of(item) not in HEAVY)
     if importlib.util.find_spec("envpool") is None:
         skip = pytest.mark.skip(

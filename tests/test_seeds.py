@@ -129,7 +129,7 @@ def assert_same_computation(batched, single, agent, tolerance):
         torch.testing.assert_close(ours[name], value, atol=tolerance[name], rtol=RTOL, msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("case", CASES)
 def test_each_agent_computes_what_the_single_script_computes_for_its_seed(case, tmp_path, monkeypatch):
     batched, singles, tolerance = train_both(CASES[case], tmp_path, monkeypatch)
@@ -180,7 +180,7 @@ def train_settings(tmp_path, monkeypatch):
     return batched, singles, tolerances(runs, singles, monkeypatch)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_each_agent_of_a_setting_computes_what_the_single_script_computes_with_its_flags(tmp_path, monkeypatch):
     """Agent (setting s, seed k) of a batched run of three settings against ppo_continuous_action.py with s's flags and
     --seed k: rollout, weights, every logged scalar; its run is named for its setting and its checkpoint holds its flags."""
@@ -254,7 +254,7 @@ def test_the_start_refuses_a_batched_loss_or_network_that_parts_from_the_parents
             seeds_script.train(args)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_tolerance_follows_a_matmul_kernel_that_rounds_otherwise(tmp_path, monkeypatch):
     """Another machine's BLAS, stood in for by torch.baddbmm summing in float64 before it rounds (for the batched script
     and linear_as_batched alike): the rollouts part past FLOOR (2.8e-5 in an observation of agent 5, seen here, as on the
@@ -337,7 +337,7 @@ class OtherStreamFor:
         return getattr(np, name)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("stream", ["numpy (shuffles)", "torch (weights, action noise)"])
 def test_a_broken_stream_of_one_agent_is_caught(stream, tmp_path, monkeypatch):
     """The comparison above can fail: with one agent's numpy stream (its minibatches) or torch stream (its initial weights
@@ -424,7 +424,7 @@ def wait_for_checkpoints(proc, folder, count, iteration):
         time.sleep(0.2)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_stopped_batched_run_resumes_each_agent_as_one_continuous_run(tmp_path):
     """SIGTERM: every agent saves its last finished update, the output names the command that continues them all (and
     each alone), and that command finishes each run with one continuous log: every update once, the schedule going on.
