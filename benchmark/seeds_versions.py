@@ -29,13 +29,15 @@ def main(argv=None):
     try:
         sides = {side: checkout(arg, side, tmp, worktrees) for side, arg in (("OLD", args.old), ("NEW", args.new))}
         walls = {(side, n): [] for side in sides for n in args.seeds_counts}
+        logged = {(side, n): [] for side in sides for n in args.seeds_counts}  # the run's last charts/SPS (one agent's)
         for round_ in range(1, args.rounds + 1):
             for n in args.seeds_counts:
                 flags = ["--env-id", args.env_id, "--total-timesteps", str(args.total_timesteps), "--no-save-model",
                          "--seeds", *map(str, range(1, n + 1))]  # fmt: skip
                 for side, folder in sides.items():
-                    wall, _ = run_once(os.path.join(folder, "ppo_continuous_action_seeds.py"), flags, env, args.timeout)
+                    wall, sps = run_once(os.path.join(folder, "ppo_continuous_action_seeds.py"), flags, env, args.timeout)
                     walls[side, n].append(wall)
+                    logged[side, n].append(n * sps)
                     print(f"round {round_}, {n} seeds, {side}: {wall:.1f} s", file=sys.stderr, flush=True)
     except BadInput as e:
         print(f"error: {e}", file=sys.stderr)
@@ -48,14 +50,19 @@ def main(argv=None):
              f"{' '.join(argv if argv is not None else sys.argv[1:])}`", "",
              f"{when}; {machine()}; {args.env_id}, {args.total_timesteps} steps per seed, default flags, "
              f"{args.rounds} rounds alternated (OLD = {args.old}, NEW = {args.new}). Aggregate SPS: all seeds' steps over "
-             "the process's wall time (start to exit).", "",
-             "| seeds | round | OLD wall s / SPS | NEW wall s / SPS | NEW / OLD |", "| ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+             "the process's wall time (start to exit); logged: the agents' charts/SPS at the end (its steps since the first "
+             "update, the warm-up and compiling left out) times the agents.", "",
+             "| seeds | round | OLD wall s / SPS / logged SPS | NEW wall s / SPS / logged SPS | NEW / OLD: wall / logged |",
+             "| ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for n in args.seeds_counts:
         steps = n * args.total_timesteps
-        for i, (old, new) in enumerate(zip(walls["OLD", n], walls["NEW", n]), 1):
-            lines.append(f"| {n} | {i} | {old:.1f} / {steps / old:.0f} | {new:.1f} / {steps / new:.0f} | {old / new:.2f}x |")
-        ratio = statistics.median(o / w for o, w in zip(walls["OLD", n], walls["NEW", n]))
-        lines.append(f"| {n} | median | | | **{ratio:.2f}x** |")
+        rows = zip(walls["OLD", n], walls["NEW", n], logged["OLD", n], logged["NEW", n])
+        for i, (old, new, old_sps, new_sps) in enumerate(rows, 1):
+            lines.append(f"| {n} | {i} | {old:.1f} / {steps / old:.0f} / {old_sps:.0f} | {new:.1f} / {steps / new:.0f} / "
+                         f"{new_sps:.0f} | {old / new:.2f}x / {new_sps / old_sps:.2f}x |")  # fmt: skip
+        wall = statistics.median(o / w for o, w in zip(walls["OLD", n], walls["NEW", n]))
+        sps = statistics.median(w / o for o, w in zip(logged["OLD", n], logged["NEW", n]))
+        lines.append(f"| {n} | median | | | **{wall:.2f}x** / **{sps:.2f}x** |")
     write_report("\n".join(lines) + "\n", args.output)
     return 0
 
