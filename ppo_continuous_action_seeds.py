@@ -34,6 +34,7 @@ from ppo_continuous_action import Agent, Args, adapt_kl_beta, batch_kl, compute_
 from ppo_continuous_action import policy_loss, value_loss
 from ppo_utils.agents_adam import AgentsAdam
 from ppo_utils.compiled import compiled_backward
+from ppo_utils.envpool_backend import EnvpoolMujoco
 from ppo_utils.distributed import distributed_setup
 from ppo_utils.flag_checks import check_args
 from ppo_utils.run import finish_runs
@@ -71,11 +72,16 @@ def make_envs(args: SeedsArgs, video_folders=None) -> gym.vector.VectorEnv:
     (video_folders[a]: where env 0 of agent a records), and the reference's vector-level wrappers, in the reference's
     order, M1-M4 with statistics per agent."""
     num_agents, video_folders = args.num_agents, video_folders or [None] * args.num_agents
-    thunks = [make_env(args, i % args.num_envs, video_folders[i // args.num_envs]) for i in range(num_agents * args.num_envs)]
-    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-    # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
-    # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
-    envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+    if args.vector_env == "envpool":  # one pool of all agents' envs, each seeded as its agent's run seeds it (reset)
+        keep = list(parent.POSITIONS[args.env_id]) if args.mask_velocity else None
+        envs = EnvpoolMujoco(args.env_id, num_agents * args.num_envs, keep)
+    else:
+        envs_of_all = range(num_agents * args.num_envs)
+        thunks = [make_env(args, i % args.num_envs, video_folders[i // args.num_envs]) for i in envs_of_all]
+        vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
+        # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
+        # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
+        envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
     if args.clip_action:
         envs = gym.wrappers.vector.ClipAction(envs)  # M8
     if args.norm_per_env:

@@ -25,7 +25,8 @@ from ppo_utils.checkpoints import Update, restore, resume_flags
 from ppo_utils.command_line import main
 from ppo_utils.distributed import all_ranks_mean, average_env_statistics, average_gradients, broadcast_parameters
 from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
-from ppo_utils.flag_checks import ArgError, check_args
+from ppo_utils.envpool_backend import EnvpoolMujoco
+from ppo_utils.flag_checks import ArgError, check_args, check_envpool
 from ppo_utils.run import Run
 
 
@@ -53,7 +54,7 @@ class Args:
     total_timesteps: int = 1_000_000  # environment steps of the whole run, summed over the parallel envs
     num_envs: int = 32  # (G10) number of parallel environments
     num_steps: int = 64  # (G10) steps per environment in each rollout (the paper's horizon T)
-    vector_env: Literal["sync", "async"] = "sync"  # (G10) gymnasium's SyncVectorEnv, or AsyncVectorEnv (a subprocess per env)
+    vector_env: Literal["sync", "async", "envpool"] = "sync"  # (G10) gymnasium's sync or async vector env, or envpool's (C++)
 
     surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) the objective of the paper's Table 1
     clip_coef: float = 0.2  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
@@ -127,6 +128,8 @@ class Args:
             )
         if self.mask_velocity and self.env_id not in POSITIONS:
             raise ArgError(f"--mask-velocity knows the positions of {', '.join(POSITIONS)}; leave it off for {self.env_id}")
+        if self.vector_env == "envpool":  # G10: what envpool's MuJoCo tasks cannot do as the flags ask
+            check_envpool(self.env_id, kind, self.capture_video)
         if self.norm_per_env and self.vector_env != "sync":
             raise ArgError(
                 "--norm-per-env keeps the statistics in each env, where checkpoints reach them with --vector-env sync only; "
@@ -184,11 +187,14 @@ def make_env(args: Args, idx: int, video_folder: str | None):
 
 def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
     """The parallel envs (G10) and the reference's vector-level wrappers, in the reference's order."""
-    thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
-    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-    # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
-    # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
-    envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+    if args.vector_env == "envpool":  # the task in envpool's C++, as a gymnasium vector env with SAME_STEP autoreset
+        envs = EnvpoolMujoco(args.env_id, args.num_envs, list(POSITIONS[args.env_id]) if args.mask_velocity else None)
+    else:
+        thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
+        vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
+        # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
+        # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
+        envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
     if args.clip_action:
         envs = gym.wrappers.vector.ClipAction(envs)  # M8
     if args.norm_per_env:

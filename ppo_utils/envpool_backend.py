@@ -1,6 +1,7 @@
-"""G10's envpool backend for the Atari scripts: envpool's C++ threads run the games and A1-A7, set by the scripts'
-make_envs from their flags, behind the interface of gymnasium's vector envs, with the few semantics it needs to match
-them (autoreset, final observation, episode statistics, A6's fresh stack after a lost life, seeding)."""
+"""G10's envpool backend: envpool's C++ threads run the tasks (Atari games with A1-A7, set by the Atari scripts'
+make_envs from their flags; MuJoCo's v5 tasks for the continuous scripts; the tasks with an action mask for
+ppo_masked.py) behind the interface of gymnasium's vector envs, with the few semantics it needs to match them
+(SAME_STEP autoreset, final observation, episode statistics, A6's fresh stack after a lost life, seeding)."""
 
 import gymnasium as gym
 import numpy as np
@@ -144,3 +145,82 @@ class EnvpoolTasks(EnvpoolPool):
             for key, value in reset_obs.items():
                 obs[key][reset_info["env_id"]] = value
         return obs, rewards, terminations, truncations, infos
+
+
+class EnvpoolMujoco(gym.vector.VectorEnv):
+    """G10's envpool backend for the continuous scripts: one of envpool's MuJoCo tasks (its C++ ports of gymnasium's v5
+    tasks, with their defaults: healthy ranges, control cost, reset noise, frame skip, time limit) behind the interface
+    of a gymnasium vector env with SAME_STEP autoreset, whose raw observations, rewards and episode ends the scripts'
+    vector wrappers (M1-M4, M8) then take as they take gymnasium's. envpool resets an env on the step after its episode
+    ends (returning the reset observation and ignoring that step's action); here a done env is reset at once by a step
+    of those envs alone, so that every step the agent takes is a transition of a running episode, the last observation
+    is in infos["final_obs"] and the episode's return and length in infos["final_info"]["episode"], as
+    RecordEpisodeStatistics gives them. `keep`: the observation entries kept (--mask-velocity's positions), None: all.
+    reset(seed=s) seeds env i with s + i, as gymnasium's vector envs do, and reset(seed=[s_0, s_1, ...]) env i with s_i
+    (the batched script: each agent's envs as its single run seeds them); envpool takes seeds when a pool is made, so a
+    seed makes the pool again."""
+
+    def __init__(self, env_id, num_envs, keep=None):
+        import envpool
+
+        self.env_id, self.num_envs, self.keep, self.pool = env_id, num_envs, keep, None
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        spec = envpool.make_spec(env_id)
+        space = spec.observation_space
+        if keep is not None:
+            space = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
+        self.single_observation_space = space
+        self.observation_space = gym.vector.utils.batch_space(space, num_envs)
+        self.single_action_space = spec.action_space
+        self.action_space = gym.vector.utils.batch_space(spec.action_space, num_envs)
+        self.episode_returns = np.zeros(num_envs)
+        self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def observations(self, obs):
+        return obs if self.keep is None else obs[:, self.keep]
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None or self.pool is None:
+            import envpool
+
+            seeds = np.arange(self.num_envs) + (seed or 0) if seed is None or np.isscalar(seed) else np.asarray(seed)
+            self.close()
+            self.pool = envpool.make_gymnasium(
+                self.env_id, num_envs=self.num_envs, env_seed=[int(s) % 2**31 for s in seeds]  # C++ ints
+            )
+        obs, _ = self.pool.reset()
+        self.episode_returns[:], self.episode_lengths[:] = 0, 0
+        return self.observations(obs), {}
+
+    def step_envs(self, actions, env_ids):
+        """Steps the envs env_ids (all, in order, when None) with `actions`; their observations, rewards, terminations
+        and truncations in the order of env_ids (a pool returns its envs in the order they finished)."""
+        self.pool.send(actions, env_ids)
+        obs, rewards, terminations, truncations, info = self.pool.recv()
+        order = np.argsort(info["env_id"])
+        return obs[order], rewards[order], terminations[order], truncations[order]
+
+    def step(self, actions):
+        actions = np.asarray(actions, dtype=self.single_action_space.dtype)
+        obs, rewards, terminations, truncations = self.step_envs(actions, None)
+        self.episode_returns += rewards
+        self.episode_lengths += 1
+        dones = terminations | truncations
+        obs = self.observations(obs)
+        infos = {}
+        if dones.any():
+            infos["final_obs"], infos["_final_obs"] = np.empty(self.num_envs, dtype=object), dones
+            infos["final_obs"][:] = list(obs)
+            episode = {"r": self.episode_returns.copy(), "l": self.episode_lengths.copy()}
+            infos["final_info"] = {"episode": episode, "_episode": dones}
+            self.episode_returns[dones], self.episode_lengths[dones] = 0, 0
+            ids = np.flatnonzero(dones)
+            reset_obs = self.step_envs(np.zeros((len(ids),) + actions.shape[1:], actions.dtype), ids.astype(np.int32))[0]
+            obs = obs.copy()
+            obs[ids] = self.observations(reset_obs)  # the action of a reset step is ignored
+        return obs, rewards, terminations, truncations, infos
+
+    def close(self, **kwargs):
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None

@@ -315,11 +315,11 @@ def check_batch(args):
         )
 
 
-def check_envpool(env_id, kind, capture_video, noop_max, gray_after_resize):
-    """--vector-env envpool (the Atari scripts' Args.check calls it with their flags' values): what envpool's own
-    wrappers cannot do as the flags ask."""
-    if kind != "atari":
-        raise ArgError("--vector-env envpool runs Atari games only; add --vector-env sync")
+def check_envpool(env_id, kind, capture_video, noop_max=None, gray_after_resize=False):
+    """--vector-env envpool (the Atari and continuous scripts' Args.check call it with their flags' values): envpool
+    makes the task, and what its own wrappers cannot do as the flags ask."""
+    if kind not in ("atari", "continuous"):
+        raise ArgError("--vector-env envpool runs Atari games and MuJoCo tasks only; add --vector-env sync")
     try:
         import envpool  # noqa: F401  (Linux only)
     except ImportError:
@@ -327,12 +327,23 @@ def check_envpool(env_id, kind, capture_video, noop_max, gray_after_resize):
                        "--vector-env sync") from None  # fmt: skip
     if capture_video:
         raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
+    if ":" in env_id:  # envpool looks the task up by its registered id
+        raise ArgError(f"--vector-env envpool takes the task's registered id: pass --env-id {env_id.split(':', 1)[1]}")
+    if kind == "continuous":
+        if env_id not in MUJOCO_TASKS:
+            raise ArgError(f"--vector-env envpool has no {env_id}; it makes {', '.join(MUJOCO_TASKS)}; add --vector-env sync")
+        return
     if noop_max == 0:
         raise ArgError("envpool cannot turn A1 off (--noop-max 0); add --vector-env sync")
     if gray_after_resize:
         raise ArgError("envpool grays its frames its own way, not with --gray-after-resize; add --vector-env sync")
-    if ":" in env_id:  # envpool looks the game up by its registered id
-        raise ArgError(f"--vector-env envpool takes the game's registered id: pass --env-id {env_id.split(':', 1)[1]}")
+
+
+# the MuJoCo tasks envpool makes (its ports of gymnasium's v5), named by check_envpool's refusal
+MUJOCO_TASKS = (
+    "Ant-v5", "HalfCheetah-v5", "Hopper-v5", "Humanoid-v5", "HumanoidStandup-v5", "InvertedDoublePendulum-v5",
+    "InvertedPendulum-v5", "Pusher-v5", "Reacher-v5", "Swimmer-v5", "Walker2d-v5",
+)  # fmt: skip
 
 
 def check_env_id(env_id, env_kinds):

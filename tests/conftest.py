@@ -13,6 +13,7 @@ import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,13 @@ def skipping(names, reasons):
 def continuous(script):
     """Whether a script takes continuous actions (MuJoCo), given the module or its name."""
     return "continuous" in as_script(script).Args.env_kinds
+
+
+def free_port():
+    """A TCP port on the loopback that nothing listens on now (torchrun's and PostgreSQL's tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def needs(*modules):

@@ -132,6 +132,16 @@ BAD_INPUTS = [
     ("ppo_continuous_action_seeds", ["--env-id", "BreakoutNoFrameskip-v4"], "ppo_atari.py"),
     ("ppo_continuous_action_seeds", ["--num-minibatches", "7"], "--num-minibatches"),
     ("ppo_continuous_action_seeds", ["--norm-per-env", "--vector-env", "async"], "--vector-env sync"),
+    ("ppo_continuous_action_seeds", ["--vector-env", "envpool", "--env-id", "Pendulum-v1"], "has no Pendulum-v1"),
+    ("ppo_continuous_action", ["--vector-env", "envpool", "--env-id", "Pendulum-v1"],
+     "error: --vector-env envpool has no Pendulum-v1; it makes Ant-v5, HalfCheetah-v5, Hopper-v5, Humanoid-v5, "
+     "HumanoidStandup-v5, InvertedDoublePendulum-v5, InvertedPendulum-v5, Pusher-v5, Reacher-v5, Swimmer-v5, Walker2d-v5; "
+     "add --vector-env sync"),
+    ("ppo_continuous_action", ["--vector-env", "envpool", "--capture-video"], "--capture-video needs frames that envpool"),
+    ("ppo_continuous_action", ["--vector-env", "envpool", "--norm-per-env"], "--norm-per-env keeps the statistics in each"),
+    ("ppo_continuous_action", ["--vector-env", "envpool", "--env-id", "gymnasium.envs.mujoco:Hopper-v5"], "pass --env-id Hopper-v5"),
+    ("ppo_rnn_continuous_action", ["--vector-env", "envpool", "--env-id", "ppo_tests_own_envs_q7:MyPendulum-v0"],
+     "--vector-env envpool takes the task's registered id"),
     ("ppo_continuous_action_seeds", ["--seeds", "1", "1"], "--seeds 1 1"),
     ("ppo_continuous_action_seeds", ["--seeds", "-1"], "--seeds -1"),
     ("ppo_continuous_action_seeds", ["--track", "--seeds", "1", "2"], "--track"),

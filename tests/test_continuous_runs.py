@@ -16,15 +16,16 @@ def only_run_dir(cwd):
 
 
 @pytest.mark.learning
-def test_learns_inverted_pendulum(tmp_path):
+@pytest.mark.parametrize("vector_env", ["sync", pytest.param("envpool", marks=needs("envpool"))])
+def test_learns_inverted_pendulum(tmp_path, vector_env):
     """A working PPO balances the pendulum (1000 is the maximum) within 80k steps: ten episodes in a row average 900 or
     more. A random policy scores about 5-10 and a broken update (wrong sign, no clipping of a large step, bad
     advantages) never gets there. The run stops at its first progress line whose last 20 episodes average 900
     (run_script_until): one of that line's two halves is such a ten-episode window. The run's last episodes are not the
     criterion: PPO on this task can fall back after balancing (seen: seed 1 reached a ten-episode mean of 1000, then
     ended at ~376 with the compiled backward, whose gradients agree with the plain ones to 1e-7; seeds 2-5 ended at
-    956-1000 with either)."""
-    flags = ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "81920"]
+    956-1000 with either). The same on envpool's InvertedPendulum-v5 (G10's envpool backend)."""
+    flags = ["--env-id", "InvertedPendulum-v5", "--total-timesteps", "81920", "--vector-env", vector_env]
     result = run_script_until("ppo_continuous_action", *flags, cwd=tmp_path, enough=900)
     assert result.returncode == 0, result.stderr
     returns = [value for _, value in read_scalars(only_run_dir(tmp_path), "charts/episodic_return")]

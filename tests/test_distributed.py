@@ -6,7 +6,6 @@ GPUs with --cuda, which a one-GPU machine refuses (tested below without any GPU)
 import glob
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,19 +15,13 @@ import pytest
 from ppo_utils import distributed
 import torch
 import torch.multiprocessing as mp
-from conftest import (ROOT, SCRIPTS, fixed_batch, load_script, make_agent, pythonpath_first, read_scalars,
+from conftest import (ROOT, SCRIPTS, fixed_batch, free_port, load_script, make_agent, pythonpath_first, read_scalars,
                       reference_minibatch_loss)
 from ppo_utils.distributed import average_env_statistics, distributed_setup, rank_seed
 from ppo_utils.env_statistics import env_statistics
 from ppo_utils.flag_checks import ArgError
 
 WORLD_SIZE = 2
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def as_rank(rank, port, tmp_path):

@@ -47,6 +47,8 @@ CASES = {  # flags of both scripts; each case trains seeds (3, 5) together and e
     "target-kl-adaptive": dict(
         env_id="Hopper-v5", total_timesteps=4096, target_kl=0.003, surrogate="kl-adaptive", compile=False
     ),  # fmt: skip
+    # G10's envpool backend: the agents' envs in one pool, each seeded as its agent's single run seeds it
+    "envpool": dict(env_id="Hopper-v5", total_timesteps=2048, vector_env="envpool", compile=False),
     # two envs per agent, time-limit truncations bootstrapped (B1), M5's state-dependent std, M7's shared network
     "envs-b1-m5-m7": dict(
         env_id="Pendulum-v1",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import ROOT
+from conftest import ROOT, free_port
 from optuna.trial import TrialState
 
 BINARIES = ("initdb", "pg_ctl", "postgres")
@@ -69,12 +69,6 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason="a PostgreSQL server for t
 TINY = ["--env-id", "Pendulum-v1", "--total-timesteps", "1024",
         "--flags=--num-steps 256 --num-minibatches 4 --update-epochs 2 --no-compile"]  # fmt: skip
 SPACE = ["--space", "ent-coef=0..0.01", "--space", "clip-coef=0.1,0.2,0.3"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def as_postgres(*command, cwd, check=True):
