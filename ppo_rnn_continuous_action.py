@@ -42,7 +42,7 @@ class Args:
     track: bool = False  # log to Weights and Biases too (config, code, scalars, videos); WANDB_MODE=offline works
     wandb_project_name: str = "ppo-details"  # the wandb project
     wandb_entity: str | None = None  # the wandb entity (team); None: your default entity
-    capture_video: bool = False  # record videos of env 0 under runs/{run_name}/videos (headless: MUJOCO_GL defaults to egl)
+    capture_video: bool = False  # record videos of env 0 under runs/{run_name}/videos (MUJOCO_GL: egl; not with envpool)
     save_model: bool = True  # save the agent and all it needs to train on to runs/{run_name}/agent.pt at the end
     checkpoint_interval: int | None = None  # updates between checkpoints; None: 100 with --save-model, else none; 0: none
     resume: str | None = None  # continue the run saved in this agent.pt (its flags, schedules, statistics, RNG states)

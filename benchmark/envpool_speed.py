@@ -1,0 +1,139 @@
+"""G10's two backends of the continuous scripts side by side: gymnasium's vector env (the default, --vector-env sync)
+against envpool's (--vector-env envpool), each configuration run with one and then the other, alternated in rounds, each
+run a fresh process in a fresh scratch folder (wall time from start to exit, imports and compiling included, and the
+run's own charts/SPS); then each configuration's ceiling, its vector env alone (all its wrappers) under random actions,
+and for the batched script's envpool the two ways its agents could step: one pool of all agents' envs (what it does)
+against one pool per agent stepped together.
+
+    python benchmark/envpool_speed.py --env-id Hopper-v5 --total-timesteps 102400 --num-envs 1 8 \\
+        --seeds-counts 8 16 --seed-steps 20480 --rounds 3 --output benchmark/results/envpool-speed.md
+"""
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+from sps import env_only_sps, load_script  # beside this file
+from versus import machine, run_once, speed_parser, write_report
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ("sync", "envpool")
+
+
+def configurations(args):
+    """(label, script, flags, --total-timesteps, agents) of each configuration, the backend's flag left to add."""
+    single = [(f"single, --num-envs {n}", "ppo_continuous_action.py", ["--num-envs", str(n), "--seed", "1"],
+               args.total_timesteps, 1) for n in args.num_envs]  # fmt: skip
+    batched = [(f"batched, {n} seeds", "ppo_continuous_action_seeds.py", ["--seeds", *map(str, range(1, n + 1))],
+                args.seed_steps, n) for n in args.seeds_counts]  # fmt: skip
+    return single + batched
+
+
+def ceilings(args, steps=2000):
+    """{(label, backend): env-only SPS} of each configuration's vector env, as its script makes it."""
+    cont, seeds = load_script("ppo_continuous_action.py"), load_script("ppo_continuous_action_seeds.py")
+    found = {}
+    for backend in BACKENDS:
+        for n in args.num_envs:
+            envs = cont.make_envs(cont.Args(env_id=args.env_id, num_envs=n, vector_env=backend))
+            found[f"single, --num-envs {n}", backend] = env_only_sps(envs, 1, max(steps // n, 200))
+        for n in args.seeds_counts:
+            flags = seeds.SeedsArgs(env_id=args.env_id, seeds=tuple(range(1, n + 1)), vector_env=backend)
+            envs = seeds.make_envs(flags)
+            found[f"batched, {n} seeds", backend] = env_only_sps(envs, 1, max(steps // n, 200))
+    return found
+
+
+def pools_sps(env_id, agents, steps=500):
+    """Steps/s of envpool's raw envs (no wrappers) for `agents` agents of one env each: one pool of all (what the
+    batched script steps) against one pool per agent, every pool sent its actions before the first is read."""
+    import envpool
+
+    shape = envpool.make_spec(env_id).action_space.shape
+    actions = np.random.default_rng(0).uniform(-1, 1, size=(steps, agents) + shape)
+    one = envpool.make_gymnasium(env_id, num_envs=agents, env_seed=list(range(1, agents + 1)))
+    many = [envpool.make_gymnasium(env_id, num_envs=1, env_seed=[seed]) for seed in range(1, agents + 1)]
+    one.reset()
+    for pool in many:
+        pool.reset()
+    start = time.perf_counter()
+    for action in actions:
+        one.step(action)
+    one_sps = steps * agents / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for action in actions:
+        for pool, row in zip(many, action):
+            pool.send(row[None])
+        for pool in many:
+            pool.recv()
+    many_sps = steps * agents / (time.perf_counter() - start)
+    for pool in [one, *many]:
+        pool.close()
+    return one_sps, many_sps
+
+
+def main(argv=None):
+    parser = speed_parser(__doc__, env_id="Hopper-v5", steps=102400, steps_help="steps of each single-script run")
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 8], help="the single script's --num-envs")
+    parser.add_argument("--seeds-counts", type=int, nargs="+", default=[8, 16], help="N: the batched script's seeds")
+    parser.add_argument("--seed-steps", type=int, default=20480, help="steps per seed of each batched run")
+    args = parser.parse_args(argv)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    configs = configurations(args)
+    walls = {(label, backend): [] for label, *_ in configs for backend in BACKENDS}
+    logged = {(label, backend): [] for label, *_ in configs for backend in BACKENDS}
+    for round_ in range(1, args.rounds + 1):
+        for label, script, flags, steps, agents in configs:
+            for backend in BACKENDS if round_ % 2 else reversed(BACKENDS):  # who goes first alternates
+                command = ["--env-id", args.env_id, "--total-timesteps", str(steps), "--no-save-model",
+                           "--vector-env", backend, *flags]  # fmt: skip
+                wall, sps = run_once(ROOT / script, command, env, args.timeout)
+                walls[label, backend].append(steps * agents / wall)
+                logged[label, backend].append(None if sps is None else sps * agents)
+                print(f"round {round_}, {label}, {backend}: {wall:.1f} s", file=sys.stderr, flush=True)
+    limits = ceilings(args)
+    pools = {n: pools_sps(args.env_id, n) for n in args.seeds_counts}
+
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = " ".join(argv if argv is not None else sys.argv[1:])
+    lines = ["# The continuous scripts on gymnasium's vector env and on envpool's", "",
+             f"`python benchmark/envpool_speed.py {command}`", "",
+             f"{when}; {machine()}; {args.env_id}, default flags, {args.rounds} rounds, the two backends alternated (each "
+             "round's first alternates). SPS: all steps over the process's wall time (start to exit: imports and "
+             "compiling included); logged: the run's charts/SPS at its end (times the agents for the batched script). "
+             "The ceiling: the configuration's vector env alone, all its wrappers, under random actions.", "",
+             "| configuration | round | gymnasium SPS / logged | envpool SPS / logged | envpool / gymnasium: wall / logged |",
+             "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for label, *_ in configs:
+        gym_walls, pool_walls = walls[label, "sync"], walls[label, "envpool"]
+        gym_logged, pool_logged = logged[label, "sync"], logged[label, "envpool"]
+        for i in range(args.rounds):
+            wall_ratio = pool_walls[i] / gym_walls[i]
+            logged_ratio = "-" if None in (pool_logged[i], gym_logged[i]) else f"{pool_logged[i] / gym_logged[i]:.2f}x"
+            lines.append(f"| {label} | {i + 1} | {gym_walls[i]:.0f} / {gym_logged[i] or 0:.0f} | "
+                         f"{pool_walls[i]:.0f} / {pool_logged[i] or 0:.0f} | {wall_ratio:.2f}x / {logged_ratio} |")  # fmt: skip
+        wall_median = statistics.median(p / g for p, g in zip(pool_walls, gym_walls))
+        pairs = [(p, g) for p, g in zip(pool_logged, gym_logged) if p is not None and g is not None]
+        logged_median = f"**{statistics.median(p / g for p, g in pairs):.2f}x**" if pairs else "-"
+        lines.append(f"| {label} | median | | | **{wall_median:.2f}x** / {logged_median} |")
+    lines += ["", "| configuration | gymnasium env-only SPS | envpool env-only SPS | envpool / gymnasium |",
+              "| --- | ---: | ---: | ---: |"]  # fmt: skip
+    for label, *_ in configs:
+        g, p = limits[label, "sync"], limits[label, "envpool"]
+        lines.append(f"| {label} | {g:.0f} | {p:.0f} | {p / g:.2f}x |")
+    lines += ["", "envpool's raw envs, one env per agent, stepped without wrappers:", "",
+              "| agents | one pool of all (steps/s) | a pool per agent, stepped together (steps/s) | one / per agent |",
+              "| ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for n, (one, many) in pools.items():
+        lines.append(f"| {n} | {one:.0f} | {many:.0f} | {one / many:.2f}x |")
+    write_report("\n".join(lines) + "\n", args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
