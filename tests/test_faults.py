@@ -453,7 +453,7 @@ DAMAGED = [
                      "(--value-norm)"),
     ("bad exp name", "holds flags this script refuses: --exp-name '../../pwned': pass one folder name"),
     ("num_envs a bool", "holds --num-envs True, which is not int"),
-    ("vector_env not one of its choices", "holds --vector-env 'threads', which is not Literal['sync', 'async']"),
+    ("vector_env not one of its choices", "holds --vector-env 'threads', which is not Literal['sync', 'async', 'envpool']"),
     ("a later format", "was written by another version of this project (checkpoint format 2, where this one reads format 1)"),
     ("a NaN weight", "holds weights that are NaN or infinite"),
     ("an infinite Adam moment", "holds Adam moments that are NaN or infinite"),
