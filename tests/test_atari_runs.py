@@ -19,7 +19,7 @@ def test_uint8_rollout_storage(tmp_path, monkeypatch):
     assert rollout["obs"].element_size() * rollout["obs"].nelement() == 32 * 2 * 4 * 84 * 84  # one byte a pixel
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @needs("moviepy")
 def test_capture_video(tmp_path):
     result = run_script("ppo_atari", "--num-envs", "2", "--total-timesteps", "1024", "--capture-video", cwd=tmp_path)

@@ -57,7 +57,7 @@ def test_annealing_schedules_as_logged(cont, tmp_path, monkeypatch):
 
 
 def test_constant_schedules_when_off(cont, tmp_path, monkeypatch):
-    run_dir = train_pendulum(cont, tmp_path, monkeypatch, total_timesteps=192, anneal_lr=False)
+    run_dir = train_pendulum(cont, tmp_path, monkeypatch, total_timesteps=192, anneal_lr=False, compile=False)
     assert logged(run_dir, "charts/learning_rate") == pytest.approx([3e-4] * 3)
     assert logged(run_dir, "charts/clip_coef") == pytest.approx([0.2] * 3)
 

@@ -207,7 +207,7 @@ class LearningRatesSwapped(seeds_script.AgentsAdam):
         groups[1]["lr"], groups[3]["lr"] = groups[3]["lr"], groups[1]["lr"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_agents_given_each_others_settings_are_caught(tmp_path, monkeypatch):
     """The comparison above can fail: with the loss's and the update's flags of two agents of the same seed swapped (the
     first setting's and the second's: agents 0 and 2), or only the learning rates Adam steps two such agents with (the
@@ -465,7 +465,7 @@ def test_a_stopped_batched_run_resumes_each_agent_as_one_continuous_run(tmp_path
     assert played.returncode == 0 and "mean return" in played.stdout, played.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_killed_run_of_several_settings_resumes_every_agent_with_its_own_flags(tmp_path):
     """SIGKILL leaves no last checkpoint and prints nothing: the last set written (every 5 updates) continues every
     agent of both settings with one --resume of their files, each with its own setting's flags, to its last update, with
@@ -714,6 +714,7 @@ def test_eval_checkpoint_plays_an_agent_the_batched_script_saved(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_help_lists_seeds_first_and_resume_without_an_empty_default():
     result = run_script("ppo_continuous_action_seeds", "--help", cwd=ROOT, timeout=120)
     flags = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("│ --")]

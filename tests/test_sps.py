@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_sps_measures_env_only_and_training(tmp_path):
     import sps  # benchmark/sps.py (pyproject.toml puts benchmark/ on pytest's path)
 

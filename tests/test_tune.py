@@ -184,7 +184,7 @@ class PruneSlot(optuna.pruners.BasePruner):
         return trial.user_attrs["slot"] == self.slot
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_pruned_agent_stops_while_the_others_of_its_process_finish(tmp_path, monkeypatch):
     """Two trials x two seeds as four agents of one process; the pruner stops trial 1 at its first rung: the process
     saves every agent and ends, trial 1's runs are recorded as pruned (pruned.json, their logs short of the budget), and
