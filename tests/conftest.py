@@ -110,6 +110,22 @@ def free_port():
         return s.getsockname()[1]
 
 
+def restored_env_statistics(module, monkeypatch):
+    """A list that gets the env statistics (env_statistics()) that `module`'s restore() leaves in the envs, once per
+    --resume of module.train(): what a resumed run starts from."""
+    from ppo_utils.env_statistics import env_statistics
+
+    restored, restore = [], module.restore
+
+    def restore_and_look(checkpoint, agent, optimizer, envs, rank, args):
+        last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
+        restored.append(env_statistics(envs))
+        return last_update
+
+    monkeypatch.setattr(module, "restore", restore_and_look)
+    return restored
+
+
 def needs(*modules):
     """A mark that skips a test when one of these packages is missing, naming it: requirements.txt installs them all
     (CI runs every test), but a GPU machine with its own torch may lack envpool, wandb, moviepy or rliable."""

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, free_port, load_script, needs, read_scalars, run_script
+from conftest import ROOT, free_port, load_script, needs, read_scalars, restored_env_statistics, run_script
 from ppo_utils.env_statistics import env_statistics
 
 pytestmark = needs("envpool")
@@ -191,19 +191,11 @@ def test_envpool_runs_checkpoint_evaluate_and_resume(tmp_path, monkeypatch):
 
     checkpoint["args"]["total_timesteps"] = 1536  # one update still to do
     torch.save(checkpoint, path)
-    restored = {}
-    restore = cont.restore
-
-    def restore_and_look(checkpoint, agent, optimizer, envs, rank, args):
-        last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
-        restored.update(env_statistics(envs))
-        return last_update
-
-    monkeypatch.setattr(cont, "restore", restore_and_look)
+    restored = restored_env_statistics(cont, monkeypatch)
     cont.train(cont.Args(resume=path))
     for key in ("obs_rms", "return_rms"):
-        torch.testing.assert_close(restored[key]["mean"], checkpoint["env_stats"][key]["mean"], msg=key)
-        torch.testing.assert_close(restored[key]["var"], checkpoint["env_stats"][key]["var"], msg=key)
+        torch.testing.assert_close(restored[0][key]["mean"], checkpoint["env_stats"][key]["mean"], msg=key)
+        torch.testing.assert_close(restored[0][key]["var"], checkpoint["env_stats"][key]["var"], msg=key)
     resumed = torch.load(path, weights_only=True)
     assert resumed["iteration"] == 3 and resumed["global_step"] == 1536
     assert resumed["env_stats"]["obs_rms"]["count"] > checkpoint["env_stats"]["obs_rms"]["count"]

@@ -15,9 +15,8 @@ from ppo_utils import checkpoints
 from ppo_utils import evaluation
 from ppo_utils import run as ppo_run
 import torch
-from conftest import ROOT, SCRIPTS, continuous, load_script, read_scalars, run_script
+from conftest import ROOT, SCRIPTS, continuous, load_script, read_scalars, restored_env_statistics, run_script
 from long_run_helpers import SAVE_THEN_EVALUATE, stop_mid_rollout_then_resume
-from ppo_utils.env_statistics import env_statistics
 from ppo_utils.flag_checks import check_args
 
 cont = load_script("ppo_continuous_action")
@@ -345,15 +344,7 @@ def test_norm_per_env_statistics_are_saved_restored_and_evaluated(tmp_path, monk
     copy = tmp_path / "copy" / checkpoint["run_name"]  # the run's folder, copied
     copy.mkdir(parents=True)
     torch.save(checkpoint, copy / "agent.pt")
-    restored = []
-    restore = cont.restore
-
-    def restore_and_look(checkpoint, agent, optimizer, envs, rank, args):
-        last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
-        restored.append(env_statistics(envs))
-        return last_update
-
-    monkeypatch.setattr(cont, "restore", restore_and_look)
+    restored = restored_env_statistics(cont, monkeypatch)
     cont.train(cont.Args(resume=str(copy / "agent.pt")))
     for key in ("obs_rms", "return_rms"):
         for now, saved in zip(restored[0][key], checkpoint["env_stats"][key], strict=True):
