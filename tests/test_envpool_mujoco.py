@@ -236,3 +236,23 @@ def test_torchrun_on_envpool_merges_the_statistics_of_its_ranks(tmp_path):
     assert stats["obs_rms"]["count"] >= 512  # one rank's count: the merge keeps the weight of later values
     (run_dir,) = glob.glob(str(tmp_path / "runs" / "*"))
     assert [step for step, _ in read_scalars(run_dir, "charts/SPS")] == [512, 1024]
+
+
+def test_envpools_tasks_are_configured_as_gymnasiums_v5():
+    """Each of envpool's MuJoCo tasks that --vector-env envpool makes has gymnasium's v5 time limit, and every setting
+    both name (frame skip, healthy ranges, reward weights, reset noise, ...) at the default of gymnasium's constructor."""
+    import inspect
+
+    import envpool
+    from ppo_utils.flag_checks import MUJOCO_TASKS
+
+    for task in MUJOCO_TASKS:
+        config, spec = envpool.make_spec(task).config._asdict(), gym.spec(task)
+        assert config["max_episode_steps"] == spec.max_episode_steps, task
+        defaults = inspect.signature(gym.envs.registration.load_env_creator(spec.entry_point).__init__).parameters
+        shared = {name: p.default for name, p in defaults.items() if name in config and p.default is not p.empty}
+        assert "frame_skip" in shared or task.startswith("Humanoid"), (task, sorted(shared))
+        for name, default in shared.items():
+            expected = list(default) if isinstance(default, tuple) else default
+            got = list(config[name]) if isinstance(config[name], (tuple, list)) else config[name]
+            assert got == pytest.approx(expected), (task, name, got, expected)
