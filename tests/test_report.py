@@ -746,3 +746,38 @@ def test_report_on_a_scripts_own_runs_folder_says_what_to_run_in_one_line(tmp_pa
     assert result.stderr.startswith(f"error: {tmp_path / given}: ") and "benchmark/run.py --batch-seeds" in result.stderr
     assert "python benchmark/report.py <out>" in result.stderr
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+@needs("rliable")
+def test_normalized_iqm_scales_each_task_from_random_to_the_bases_mean(tmp_path, capsys):
+    """benchmark/normalized_iqm.py: each task's scores (the mean of a run's last episodes) put on the scale random 0,
+    the base variant's mean 1, then the interquartile mean over all tasks' runs, computed here by hand: of 8 normalized
+    scores, the mean of the middle 4 (scipy's trim_mean at 25%)."""
+    import normalized_iqm
+    from scipy.stats import trim_mean
+
+    rows, scores = [], {}
+    for env_id, scale, random_return in (("TaskA-v0", 1.0, -10.0), ("TaskB-v0", 100.0, 50.0)):
+        for variant, level in (("base", 1.0), ("other", 0.8)):
+            for seed in (1, 2, 3, 4):
+                score = random_return + scale * (level * 20 + seed)  # the last two episodes' mean
+                scores[env_id, variant, seed] = score
+                rows += [(env_id, variant, seed, 1000 * k, score + d, 1000) for k, d in ((1, -5.0), (2, 5.0))]
+    data = tmp_path / "data"
+    data.mkdir()
+    episodes = pd.DataFrame(rows, columns=["env_id", "variant", "seed", "step", "episodic_return", "episodic_length"])
+    episodes.to_csv(data / "episodes.csv.gz", index=False)
+    runs = episodes[["env_id", "variant", "seed"]].drop_duplicates()
+    runs.assign(sps=1.0, seconds=1.0, commit="x", machine="m").to_csv(data / "runs.csv", index=False)
+    random = pd.DataFrame([("TaskA-v0", 0, -10.0, 5), ("TaskB-v0", 0, 50.0, 5)], columns=["env_id", "episode", "return", "length"])
+    random.to_csv(tmp_path / "random.csv", index=False)
+
+    assert normalized_iqm.main([str(tmp_path), "--base", "base", "--variant", "other", "--random",
+                                str(tmp_path / "random.csv"), "--last", "2"]) == 0  # fmt: skip
+    table = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines()}
+    for variant in ("base", "other"):
+        normalized = []
+        for env_id, random_return in (("TaskA-v0", -10.0), ("TaskB-v0", 50.0)):
+            base_mean = np.mean([scores[env_id, "base", seed] for seed in (1, 2, 3, 4)])
+            normalized += [(scores[env_id, variant, seed] - random_return) / (base_mean - random_return) for seed in (1, 2, 3, 4)]
+        assert f"| {trim_mean(normalized, 0.25):.2f} [" in table[variant], table[variant]

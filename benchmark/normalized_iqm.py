@@ -1,0 +1,55 @@
+"""The interquartile mean over tasks of two variants' scores, each task's scores normalized from the random policy (0)
+to the base variant's mean (1), with rliable's 95% stratified-bootstrap intervals: how a variant (envpool's MuJoCo, say)
+scores against its base (gymnasium's) across tasks whose returns have unlike scales.
+
+    python benchmark/normalized_iqm.py benchmark/results/mujoco-envpool --base gymnasium --variant envpool \\
+        --random benchmark/results/table1/data/random.csv
+
+RESULTS is a report folder (its data/, as benchmark/report.py writes it); a run's score is report.py's (the mean of its
+last --last episodes); the random policy's score is the mean return of its episodes in --random
+(benchmark/random_scores.py writes such a file).
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from report_data import read_data, summarize  # beside this file
+from report_stats import iqm_interval
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path, help="a report folder with data/")
+    parser.add_argument("--base", required=True, help="the variant whose mean is 1 on each task")
+    parser.add_argument("--variant", required=True, help="the variant set against it")
+    parser.add_argument("--random", type=Path, required=True, help="the random policy's episodes (env_id, return)")
+    parser.add_argument("--last", type=int, default=100, help="episodes at the end of each run that make its score")
+    args = parser.parse_args(argv)
+    runs = summarize(read_data(args.results / "data"), args.last)
+    random = pd.read_csv(args.random).groupby("env_id")["return"].mean()
+    tasks = sorted(set(runs[runs.variant == args.base].env_id) & set(runs[runs.variant == args.variant].env_id))
+    missing = [task for task in tasks if task not in random.index]
+    if not tasks or missing:
+        print(f"error: {'no task has both variants' if not tasks else f'--random has no episodes of {missing[0]}'}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    lines = [f"| variant | tasks | seeds per task | IQM of (score - random) / ({args.base}'s mean - random) [95% CI] |",
+             "| --- | ---: | --- | ---: |"]  # fmt: skip
+    for variant in (args.base, args.variant):
+        columns = []
+        for task in tasks:
+            base = runs[(runs.variant == args.base) & (runs.env_id == task)].score.mean()
+            scores = runs[(runs.variant == variant) & (runs.env_id == task)].sort_values("seed").score.to_numpy()
+            columns.append((scores - random[task]) / (base - random[task]))
+        seeds = min(len(column) for column in columns)
+        point, low, high = iqm_interval(np.stack([column[:seeds] for column in columns], axis=1))
+        lines.append(f"| {variant} | {len(tasks)} | {seeds} | {point:.2f} [{low:.2f}, {high:.2f}] |")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
