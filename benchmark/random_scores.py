@@ -11,23 +11,36 @@ import argparse
 import csv
 import statistics
 import sys
+from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 
 from run import MUJOCO_TASKS  # beside this file
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # ppo_utils, for --envpool
 
-def episode_returns(env_id, episodes, seed):
-    """The undiscounted return and the length of each episode of uniformly random actions."""
-    env = gym.make(env_id)  # the registered time limit, as the training runs have it
-    env.action_space.seed(seed)
+
+def episode_returns(env_id, episodes, seed, envpool=False):
+    """The undiscounted return and the length of each episode of uniformly random actions; envpool: of envpool's task
+    (--vector-env envpool's envs, ppo_utils.envpool_backend), episode i of a pool of one env seeded seed + i."""
+    if envpool:
+        from ppo_utils.envpool_backend import EnvpoolMujoco
+
+        env = EnvpoolMujoco(env_id, 1)
+        env.single_action_space.seed(seed)
+        sample = lambda: env.single_action_space.sample()[None]  # noqa: E731
+    else:
+        env = gym.make(env_id)  # the registered time limit, as the training runs have it
+        env.action_space.seed(seed)
+        sample = env.action_space.sample
     rows = []
     for i in range(episodes):
         env.reset(seed=seed + i)
         total, length, done = 0.0, 0, False
         while not done:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            total, length, done = total + float(reward), length + 1, terminated or truncated
+            _, reward, terminated, truncated, _ = env.step(sample())
+            total, length, done = total + float(np.sum(reward)), length + 1, bool(np.any(terminated | truncated))
         rows.append((total, length))
     env.close()
     return rows
@@ -38,6 +51,7 @@ def main(argv=None):
     parser.add_argument("--env-ids", nargs="+", default=MUJOCO_TASKS, help="tasks (default: the PPO paper's seven)")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--envpool", action="store_true", help="envpool's tasks (--vector-env envpool) instead of gymnasium's")
     parser.add_argument("--output", required=True, help="the CSV to write: env_id, episode, return, length")
     options = parser.parse_args(argv)
     if options.episodes < 1:
@@ -49,7 +63,7 @@ def main(argv=None):
         writer = csv.writer(f)
         writer.writerow(["env_id", "episode", "return", "length"])
         for env_id in options.env_ids:
-            rows = episode_returns(env_id, options.episodes, options.seed)
+            rows = episode_returns(env_id, options.episodes, options.seed, options.envpool)
             writer.writerows((env_id, i, f"{total:.6g}", length) for i, (total, length) in enumerate(rows))
             mean = statistics.mean(r[0] for r in rows)
             print(f"{env_id}: mean return {mean:.1f} over {len(rows)} episodes", file=sys.stderr)
