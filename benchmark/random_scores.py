@@ -11,38 +11,43 @@ import argparse
 import csv
 import statistics
 import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 
 from run import MUJOCO_TASKS  # beside this file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # ppo_utils, for --envpool
-
 
 def episode_returns(env_id, episodes, seed, envpool=False):
     """The undiscounted return and the length of each episode of uniformly random actions; envpool: of envpool's task
-    (--vector-env envpool's envs, ppo_utils.envpool_backend), episode i of a pool of one env seeded seed + i."""
-    if envpool:
-        from ppo_utils.envpool_backend import EnvpoolMujoco
+    (what --vector-env envpool steps), episode i in a pool of one env seeded seed + i."""
+    if envpool:  # a pool of one env per episode, seeded as that episode: its reset step never comes
+        import envpool as pools
 
-        env = EnvpoolMujoco(env_id, 1)
-        env.single_action_space.seed(seed)
-        sample = lambda: env.single_action_space.sample()[None]  # noqa: E731
+        make = lambda s: pools.make_gymnasium(env_id, num_envs=1, env_seed=[s])  # noqa: E731
+        space = pools.make_spec(env_id).action_space
+        space.seed(seed)
+        sample = lambda: space.sample()[None]  # noqa: E731
     else:
         env = gym.make(env_id)  # the registered time limit, as the training runs have it
         env.action_space.seed(seed)
         sample = env.action_space.sample
     rows = []
     for i in range(episodes):
-        env.reset(seed=seed + i)
+        if envpool:
+            env = make(seed + i)
+            env.reset()
+        else:
+            env.reset(seed=seed + i)
         total, length, done = 0.0, 0, False
         while not done:
             _, reward, terminated, truncated, _ = env.step(sample())
             total, length, done = total + float(np.sum(reward)), length + 1, bool(np.any(terminated | truncated))
         rows.append((total, length))
-    env.close()
+        if envpool:
+            env.close()
+    if not envpool:
+        env.close()
     return rows
 
 
