@@ -256,3 +256,32 @@ def test_envpools_tasks_are_configured_as_gymnasiums_v5():
             expected = list(default) if isinstance(default, tuple) else default
             got = list(config[name]) if isinstance(config[name], (tuple, list)) else config[name]
             assert got == pytest.approx(expected), (task, name, got, expected)
+
+
+@pytest.mark.parametrize("task", ["Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Swimmer-v5", "InvertedPendulum-v5"])
+def test_envpools_dynamics_and_rewards_are_gymnasiums(task):
+    """The same physics, rewards and episode ends as gymnasium's v5 (beside the configs above, which cannot compare the
+    model files or the code): envpool's env and gymnasium's, set to envpool's first state, take the same 60 random
+    actions. These tasks' observations hold the whole state but the positions on the plane (x; Swimmer's x and y),
+    which no force depends on, so gymnasium's env takes envpool's state with them at 0. envpool builds its own MuJoCo,
+    so its floating-point sums may differ in the last bits; a different model or reward differs at the first step."""
+    import envpool
+
+    pool = envpool.make_gymnasium(task, num_envs=1, env_seed=[7])
+    obs = pool.reset()[0][0]
+    env = gym.make(task)
+    env.reset(seed=0)
+    model = env.unwrapped.model
+    hidden = model.nq - (len(obs) - model.nv)  # the positions the observation leaves out
+    env.unwrapped.set_state(np.concatenate([np.zeros(hidden), obs[: model.nq - hidden]]), obs[model.nq - hidden :])
+    steps = 0
+    for action in random_actions(60, 1, model.nu, seed=3)[:, 0].astype(np.float32):
+        expected = env.step(action)
+        obs, reward, terminated, truncated, _ = pool.step(action[None])
+        np.testing.assert_allclose(obs[0], expected[0], rtol=1e-6, atol=1e-8, err_msg=f"{task} step {steps}")
+        assert reward[0] == pytest.approx(expected[1], rel=1e-6, abs=1e-8), (task, steps)
+        assert (terminated[0], truncated[0]) == tuple(expected[2:4]), (task, steps)
+        steps += 1
+        if terminated[0]:
+            break
+    assert steps >= 5, (task, steps)  # the comparison covered some steps before an episode ended
