@@ -202,6 +202,36 @@ def test_envpool_runs_checkpoint_evaluate_and_resume(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_play_both_plays_a_checkpoint_as_eval_checkpoint_does_on_each_backend(tmp_path, monkeypatch, capsys):
+    """benchmark/play_both.py's two columns are what the script's own --eval-checkpoint prints for the same agent,
+    seed and episodes, with the checkpoint's --vector-env set to each backend; bad input is one line."""
+    import play_both  # benchmark/play_both.py
+
+    cont = load_script("ppo_continuous_action")
+    monkeypatch.chdir(tmp_path)
+    flags = dict(env_id="Hopper-v5", vector_env="envpool", num_envs=2, num_steps=128, num_minibatches=2, update_epochs=1,
+                 compile=False, cuda=False)  # fmt: skip
+    cont.train(cont.Args(total_timesteps=256, **flags))
+    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    printed = {}
+    for backend in ("sync", "envpool"):
+        checkpoint = torch.load(path, weights_only=True)
+        checkpoint["args"]["vector_env"] = backend
+        copy = tmp_path / f"{backend}.pt"
+        torch.save(checkpoint, copy)
+        evaluation = run_script("ppo_continuous_action", "--eval-checkpoint", str(copy), "--eval-episodes", "4",
+                                "--seed", "5", cwd=tmp_path)  # fmt: skip
+        assert evaluation.returncode == 0, evaluation.stderr
+        printed[backend] = evaluation.stdout.split("mean return ")[1].split(" ")[0]
+    play_both.main([path, "--episodes", "4", "--seed", "5"])
+    row = capsys.readouterr().out.strip().splitlines()[-1].split(" | ")
+    assert [cell.split(" ± ")[0] for cell in row[1:3]] == [printed["sync"], printed["envpool"]], (row, printed)
+    for argv, named in ((["--episodes", "1", path], "--episodes"), ([str(tmp_path / "none.pt")], "no checkpoint")):
+        with pytest.raises(SystemExit, match=named):
+            play_both.main(argv)
+
+
+@pytest.mark.slow
 def test_the_recurrent_script_trains_on_envpool_with_positions_only(tmp_path, monkeypatch):
     """ppo_rnn_continuous_action.py on envpool, --mask-velocity: the envs give Hopper's 5 positions of 11, and the run
     trains its updates."""
