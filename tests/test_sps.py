@@ -90,3 +90,17 @@ def test_update_compute_counts_the_updates_floating_point_work():
     seconds, gflop, matmul_gflops = sps.update_compute(module, args)
     assert gflop == pytest.approx((8832 * 3 - 512) * 2 * 2048 * 10 / 1e9, rel=1e-6)
     assert seconds > 0 and matmul_gflops > 1
+
+
+def test_envpool_speeds_split_table_by_hand():
+    """benchmark/envpool_speed.py --parts splits: an iteration of 2048 steps in 2 s, 1 s of it env steps and 0.5 s the
+    update, leaves 0.5 s of the rest; its steady SPS is 1024, and with the env free 2048 steps take 1 s: 2048 SPS, 2x. envpool's
+    1.6 s with 0.64 s of env steps: 40%, 1280 SPS, and 2048 / 0.96 s = 2133 SPS free, 2133 / 1024 = 2.08x gymnasium's."""
+    import envpool_speed
+
+    found = {("one", "sync"): (2048, 2.0, 1.0, 0.5), ("one", "envpool"): (2048, 1.6, 0.64, 0.5)}
+    rows = envpool_speed.split_table(found, [("one",)])[2:]
+    assert rows == [
+        "| one | gymnasium | 2000: 1000 + 500 + 500 | 50% | 1024 | 2048 | 2.00x |",
+        "| one | envpool | 1600: 640 + 500 + 460 | 40% | 1280 | 2133 | 2.08x |",
+    ]
