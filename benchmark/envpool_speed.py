@@ -138,8 +138,9 @@ def rounds_table(args, configs, env):
         for i in range(args.rounds):
             wall_ratio = pool_walls[i] / gym_walls[i]
             logged_ratio = "-" if None in (pool_logged[i], gym_logged[i]) else f"{pool_logged[i] / gym_logged[i]:.2f}x"
-            lines.append(f"| {label} | {i + 1} | {gym_walls[i]:.0f} / {gym_logged[i] or 0:.0f} | "
-                         f"{pool_walls[i]:.0f} / {pool_logged[i] or 0:.0f} | {wall_ratio:.2f}x / {logged_ratio} |")  # fmt: skip
+            gym_cell = f"{gym_walls[i]:.0f} / {gym_logged[i] or 0:.0f}"
+            pool_cell = f"{pool_walls[i]:.0f} / {pool_logged[i] or 0:.0f}"
+            lines.append(f"| {label} | {i + 1} | {gym_cell} | {pool_cell} | {wall_ratio:.2f}x / {logged_ratio} |")
         wall_median = statistics.median(p / g for p, g in zip(pool_walls, gym_walls))
         pairs = [(p, g) for p, g in zip(pool_logged, gym_logged) if p is not None and g is not None]
         logged_median = f"**{statistics.median(p / g for p, g in pairs):.2f}x**" if pairs else "-"

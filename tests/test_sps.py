@@ -94,8 +94,8 @@ def test_update_compute_counts_the_updates_floating_point_work():
 
 def test_envpool_speeds_split_table_by_hand():
     """benchmark/envpool_speed.py --parts splits: an iteration of 2048 steps in 2 s, 1 s of it env steps and 0.5 s the
-    update, leaves 0.5 s of the rest; its steady SPS is 1024, and with the env free 2048 steps take 1 s: 2048 SPS, 2x. envpool's
-    1.6 s with 0.64 s of env steps: 40%, 1280 SPS, and 2048 / 0.96 s = 2133 SPS free, 2133 / 1024 = 2.08x gymnasium's."""
+    update, leaves 0.5 s of the rest; its steady SPS is 1024, and with the env free 2048 steps take 1 s: 2048 SPS, 2x.
+    envpool's 1.6 s with 0.64 s of env steps: 40%, 1280 SPS, and 2048 / 0.96 s = 2133 SPS free, 2.08x gymnasium's 1024."""
     import envpool_speed
 
     found = {("one", "sync"): (2048, 2.0, 1.0, 0.5), ("one", "envpool"): (2048, 1.6, 0.64, 0.5)}
