@@ -173,16 +173,22 @@ def test_a_time_limit_cut_bootstraps_from_the_episodes_last_observation(cont, ba
     np.testing.assert_allclose(rollout["rewards"][:, 0].numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
+def trained_on_envpool(tmp_path, monkeypatch, num_steps, total_timesteps):
+    """A short run of the continuous script on envpool in tmp_path (Hopper-v5, 2 envs, minibatches of 128, one epoch,
+    no compiling): the script's module and the agent.pt it saved."""
+    cont = load_script("ppo_continuous_action")
+    monkeypatch.chdir(tmp_path)
+    flags = dict(env_id="Hopper-v5", vector_env="envpool", num_envs=2, num_steps=num_steps, update_epochs=1, compile=False)
+    cont.train(cont.Args(num_minibatches=2 * num_steps // 128, total_timesteps=total_timesteps, cuda=False, **flags))
+    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    return cont, path
+
+
 @pytest.mark.slow
 def test_envpool_runs_checkpoint_evaluate_and_resume(tmp_path, monkeypatch):
     """A run on envpool saves its agent with M1's and M3's statistics; --eval-checkpoint plays it on envpool, naming
     its env; --resume of a longer copy restores the statistics and trains the update left, on envpool."""
-    cont = load_script("ppo_continuous_action")
-    monkeypatch.chdir(tmp_path)
-    flags = dict(env_id="Hopper-v5", vector_env="envpool", num_envs=2, num_steps=256, num_minibatches=4, update_epochs=1,
-                 compile=False, cuda=False)  # fmt: skip
-    cont.train(cont.Args(total_timesteps=1024, **flags))
-    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    cont, path = trained_on_envpool(tmp_path, monkeypatch, num_steps=256, total_timesteps=1024)
     checkpoint = torch.load(path, weights_only=True)
     assert checkpoint["args"]["vector_env"] == "envpool" and checkpoint["env_stats"]["obs_rms"]["count"] > 1000
     evaluation = run_script("ppo_continuous_action", "--eval-checkpoint", path, "--eval-episodes", "3", cwd=tmp_path)
@@ -207,12 +213,7 @@ def test_play_both_plays_a_checkpoint_as_eval_checkpoint_does_on_each_backend(tm
     seed and episodes, with the checkpoint's --vector-env set to each backend; bad input is one line."""
     import play_both  # benchmark/play_both.py
 
-    cont = load_script("ppo_continuous_action")
-    monkeypatch.chdir(tmp_path)
-    flags = dict(env_id="Hopper-v5", vector_env="envpool", num_envs=2, num_steps=128, num_minibatches=2, update_epochs=1,
-                 compile=False, cuda=False)  # fmt: skip
-    cont.train(cont.Args(total_timesteps=256, **flags))
-    (path,) = glob.glob(str(tmp_path / "runs" / "*" / "agent.pt"))
+    _, path = trained_on_envpool(tmp_path, monkeypatch, num_steps=128, total_timesteps=256)
     printed = {}
     for backend in ("sync", "envpool"):
         checkpoint = torch.load(path, weights_only=True)
