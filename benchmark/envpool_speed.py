@@ -15,6 +15,7 @@ and sets beside it the most any env could give: the steps of an iteration over i
 import os
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -55,21 +56,33 @@ def ceilings(args, steps=2000):
 
 def splits(args):
     """{(label, backend): (steps per iteration, its median seconds, env seconds, update seconds)} of one training run of
-    each configuration on each backend, in this process (benchmark/sps.py's timed_training), without checkpoints."""
-    found = {}
-    for label, script, flags, steps, agents in configurations(args):
-        module = load_script(script)
-        kind = getattr(module, "SeedsArgs", module.Args)
-        seeds = {"seeds": tuple(range(1, agents + 1))} if agents > 1 else {"seed": 1}
-        num_envs = int(flags[flags.index("--num-envs") + 1]) if "--num-envs" in flags else 1
-        for backend in BACKENDS:
-            run = kind(env_id=args.env_id, total_timesteps=steps, num_envs=num_envs, vector_env=backend, save_model=False,
-                       **seeds)  # fmt: skip
-            _, env_s, update_s, iteration_s = timed_training(module, run)
-            found[label, backend] = (agents * run.batch_size, iteration_s, env_s, update_s)
-            print(f"split, {label}, {backend}: iteration {1e3 * iteration_s:.0f} ms, env {1e3 * env_s:.0f} ms",
-                  file=sys.stderr, flush=True)  # fmt: skip
+    each configuration on each backend, in this process (benchmark/sps.py's timed_training), without checkpoints, its
+    runs' logs in a scratch folder."""
+    found, here = {}, os.getcwd()
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chdir(scratch)
+        try:
+            for config in configurations(args):
+                split_config(args, config, found)
+        finally:
+            os.chdir(here)
     return found
+
+
+def split_config(args, config, found):
+    """splits() of one configuration: its run on each backend, into `found`."""
+    label, script, flags, steps, agents = config
+    module = load_script(script)
+    kind = getattr(module, "SeedsArgs", module.Args)
+    seeds = {"seeds": tuple(range(1, agents + 1))} if agents > 1 else {"seed": 1}
+    num_envs = int(flags[flags.index("--num-envs") + 1]) if "--num-envs" in flags else 1
+    for backend in BACKENDS:
+        run = kind(env_id=args.env_id, total_timesteps=steps, num_envs=num_envs, vector_env=backend, save_model=False,
+                   **seeds)  # fmt: skip
+        _, env_s, update_s, iteration_s = timed_training(module, run)
+        found[label, backend] = (agents * run.batch_size, iteration_s, env_s, update_s)
+        print(f"split, {label}, {backend}: iteration {1e3 * iteration_s:.0f} ms, env {1e3 * env_s:.0f} ms",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def split_table(found, configs):
