@@ -20,34 +20,27 @@ from run import MUJOCO_TASKS  # beside this file
 
 def episode_returns(env_id, episodes, seed, envpool=False):
     """The undiscounted return and the length of each episode of uniformly random actions; envpool: of envpool's task
-    (what --vector-env envpool steps), episode i in a pool of one env seeded seed + i."""
-    if envpool:  # a pool of one env per episode, seeded as that episode: its reset step never comes
+    (what --vector-env envpool steps), episode i in a pool of one env seeded seed + i, whose reset step never comes."""
+    if envpool:
         import envpool as pools
 
-        make = lambda s: pools.make_gymnasium(env_id, num_envs=1, env_seed=[s])  # noqa: E731
         space = pools.make_spec(env_id).action_space
-        space.seed(seed)
-        sample = lambda: space.sample()[None]  # noqa: E731
+        start = lambda i: pools.make_gymnasium(env_id, num_envs=1, env_seed=[seed + i])  # noqa: E731
+        sample = lambda: space.sample()[None]  # noqa: E731  # a batch of one
     else:
         env = gym.make(env_id)  # the registered time limit, as the training runs have it
-        env.action_space.seed(seed)
-        sample = env.action_space.sample
+        space, start, sample = env.action_space, lambda i: env, env.action_space.sample
+    space.seed(seed)
     rows = []
     for i in range(episodes):
-        if envpool:
-            env = make(seed + i)
-            env.reset()
-        else:
-            env.reset(seed=seed + i)
+        episode = start(i)
+        episode.reset(**({} if envpool else {"seed": seed + i}))
         total, length, done = 0.0, 0, False
         while not done:
-            _, reward, terminated, truncated, _ = env.step(sample())
+            _, reward, terminated, truncated, _ = episode.step(sample())
             total, length, done = total + float(np.sum(reward)), length + 1, bool(np.any(terminated | truncated))
         rows.append((total, length))
-        if envpool:
-            env.close()
-    if not envpool:
-        env.close()
+        episode.close()  # gymnasium's env resets after a close as before it (a close frees its renderer)
     return rows
 
 
@@ -64,6 +57,12 @@ def main(argv=None):
     unknown = [env_id for env_id in options.env_ids if env_id not in gym.registry]
     if unknown:
         parser.error(f"--env-ids: {', '.join(unknown)} not registered in gymnasium (e.g. Hopper-v5)")
+    if options.envpool:
+        import envpool
+
+        missing = [env_id for env_id in options.env_ids if env_id not in envpool.list_all_envs()]
+        if missing:
+            parser.error(f"--env-ids: envpool has no {', '.join(missing)}; drop --envpool, or pass its tasks (e.g. Hopper-v5)")
     with open(options.output, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["env_id", "episode", "return", "length"])

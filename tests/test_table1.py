@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import ROOT, needs
 
 import report  # benchmark/report.py (pyproject.toml puts benchmark/ on pytest's path)
 import report_table1
@@ -77,6 +77,37 @@ def test_random_scores_play_the_registered_episodes_with_random_actions(tmp_path
     committed = list(csv.DictReader((ROOT / "benchmark/results/table1/data/random.csv").open()))
     counts = {env_id: sum(r["env_id"] == env_id for r in committed) for env_id in random_scores.MUJOCO_TASKS}
     assert counts == dict.fromkeys(random_scores.MUJOCO_TASKS, 100)
+
+
+@needs("envpool")
+def test_random_scores_on_envpool_play_its_tasks_as_their_definitions_fix(tmp_path, capsys):
+    """random_scores.py --envpool: the same facts of the tasks' definitions on envpool's ports (InvertedPendulum-v5 1
+    per step and 0 on the last, Reacher-v5's 50-step limit), the same episodes for the same seed, and an id envpool
+    lacks refused in one line before anything is written."""
+    import csv
+
+    import random_scores
+
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    for output in (first, second):
+        random_scores.main(["--env-ids", "InvertedPendulum-v5", "Reacher-v5", "--episodes", "10", "--envpool",
+                            "--output", str(output)])  # fmt: skip
+    assert first.read_text() == second.read_text()
+    gymnasium = tmp_path / "gymnasium.csv"
+    random_scores.main(["--env-ids", "InvertedPendulum-v5", "Reacher-v5", "--episodes", "10", "--output", str(gymnasium)])
+    assert gymnasium.read_text() != first.read_text()  # envpool's own episodes: its MuJoCo build and reset noise
+    rows = list(csv.DictReader(first.open()))
+    pendulum = [r for r in rows if r["env_id"] == "InvertedPendulum-v5"]
+    reacher = [r for r in rows if r["env_id"] == "Reacher-v5"]
+    assert len(pendulum) == len(reacher) == 10
+    assert all(float(r["return"]) == int(r["length"]) - 1 for r in pendulum)
+    assert len({r["length"] for r in pendulum}) > 1  # a pool per episode, each seeded anew
+    assert all(int(r["length"]) == 50 and float(r["return"]) < 0 for r in reacher)
+    with pytest.raises(SystemExit):
+        random_scores.main(["--env-ids", "Hopper-v2", "--envpool", "--output", str(tmp_path / "c.csv")])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--env-ids: envpool has no Hopper-v2" in error and "drop --envpool" in error, error
+    assert not (tmp_path / "c.csv").exists()
 
 
 def test_table1_normalizes_each_task_by_the_random_policy_and_the_best_setting(tmp_path):
