@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from sps import env_only_sps, load_script, timed_training  # beside this file
+from sps import env_only_sps, script_args, timed_training  # beside this file
 from versus import machine, run_once, speed_parser, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,18 +39,20 @@ def configurations(args):
     return single + batched
 
 
+def config_args(args, config, backend):
+    """A configuration's script (its module) and its Args on `backend`, as its command line makes them."""
+    _, script, flags, steps, _ = config
+    return script_args(script, args.env_id, steps, ["--vector-env", backend, *flags])
+
+
 def ceilings(args, steps=2000):
     """{(label, backend): env-only SPS} of each configuration's vector env, as its script makes it."""
-    cont, seeds = load_script("ppo_continuous_action.py"), load_script("ppo_continuous_action_seeds.py")
     found = {}
-    for backend in BACKENDS:
-        for n in args.num_envs:
-            envs = cont.make_envs(cont.Args(env_id=args.env_id, num_envs=n, vector_env=backend))
-            found[f"single, --num-envs {n}", backend] = env_only_sps(envs, 1, max(steps // n, 200))
-        for n in args.seeds_counts:
-            flags = seeds.SeedsArgs(env_id=args.env_id, seeds=tuple(range(1, n + 1)), vector_env=backend)
-            envs = seeds.make_envs(flags)
-            found[f"batched, {n} seeds", backend] = env_only_sps(envs, 1, max(steps // n, 200))
+    for config in configurations(args):
+        for backend in BACKENDS:
+            module, run = config_args(args, config, backend)
+            envs = module.make_envs(run)
+            found[config[0], backend] = env_only_sps(envs, 1, max(steps // envs.num_envs, 200))
     return found
 
 
@@ -63,26 +65,15 @@ def splits(args):
         os.chdir(scratch)
         try:
             for config in configurations(args):
-                split_config(args, config, found)
+                for backend in BACKENDS:
+                    module, run = config_args(args, config, backend)
+                    _, env_s, update_s, iteration_s = timed_training(module, replace(run, save_model=False))
+                    found[config[0], backend] = (config[4] * run.batch_size, iteration_s, env_s, update_s)
+                    print(f"split, {config[0]}, {backend}: iteration {1e3 * iteration_s:.0f} ms, env "
+                          f"{1e3 * env_s:.0f} ms", file=sys.stderr, flush=True)  # fmt: skip
         finally:
             os.chdir(here)
     return found
-
-
-def split_config(args, config, found):
-    """splits() of one configuration: its run on each backend, into `found`."""
-    label, script, flags, steps, agents = config
-    module = load_script(script)
-    kind = getattr(module, "SeedsArgs", module.Args)
-    seeds = {"seeds": tuple(range(1, agents + 1))} if agents > 1 else {"seed": 1}
-    num_envs = int(flags[flags.index("--num-envs") + 1]) if "--num-envs" in flags else 1
-    for backend in BACKENDS:
-        run = kind(env_id=args.env_id, total_timesteps=steps, num_envs=num_envs, vector_env=backend, save_model=False,
-                   **seeds)  # fmt: skip
-        _, env_s, update_s, iteration_s = timed_training(module, run)
-        found[label, backend] = (agents * run.batch_size, iteration_s, env_s, update_s)
-        print(f"split, {label}, {backend}: iteration {1e3 * iteration_s:.0f} ms, env {1e3 * env_s:.0f} ms",
-              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def split_table(found, configs):
@@ -170,6 +161,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     configs = configurations(args)
+    for config in configs:  # each script's own one-line error for a bad flag or env id, before anything is measured
+        for backend in BACKENDS:
+            config_args(args, config, backend)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(argv if argv is not None else sys.argv[1:])
     lines = ["# The continuous scripts on gymnasium's vector env and on envpool's", "",

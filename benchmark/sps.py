@@ -192,10 +192,11 @@ def update_compute(module, args):
 
 
 def script_args(script, env_id, total_timesteps, flags):
-    """The script and its Args for a measurement; a bad flag or env id ends here with the script's own one-line error
-    (tyro's for an unknown flag, ppo_utils' check_args for the rest)."""
+    """The script and its Args (the batched script's: its SeedsArgs) for a measurement; a bad flag or env id ends here
+    with the script's own one-line error (tyro's for an unknown flag, ppo_utils' check_args for the rest)."""
     module = load_script(script)
-    args = tyro.cli(module.Args, args=["--env-id", env_id, "--total-timesteps", str(total_timesteps)] + flags)
+    flags = ["--env-id", env_id, "--total-timesteps", str(total_timesteps), *flags]
+    args = tyro.cli(getattr(module, "SeedsArgs", module.Args), args=flags)
     try:
         check_args(args)
     except ArgError as e:

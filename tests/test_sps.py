@@ -104,3 +104,13 @@ def test_envpool_speeds_split_table_by_hand():
         "| one | gymnasium | 2000: 1000 + 500 + 500 | 50% | 1024 | 2048 | 2.00x |",
         "| one | envpool | 1600: 640 + 500 + 460 | 40% | 1280 | 2133 | 2.08x |",
     ]
+
+
+def test_envpool_speed_refuses_a_task_envpool_lacks_before_measuring(tmp_path, monkeypatch):
+    """envpool_speed.py checks every configuration's flags first: a task envpool lacks ends in the script's one line."""
+    import envpool_speed
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="--vector-env envpool has no Pendulum-v1"):
+        envpool_speed.main(["--env-id", "Pendulum-v1", "--output", str(tmp_path / "speed.md")])
+    assert list(tmp_path.iterdir()) == []
