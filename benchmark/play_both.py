@@ -13,7 +13,6 @@ import os
 import statistics
 import sys
 import tempfile
-from pathlib import Path
 
 import torch
 
@@ -22,12 +21,12 @@ from sps import load_script  # beside this file
 BACKENDS = ("sync", "envpool")
 
 
-def play(checkpoint, backend, episodes, seed, script):
-    """The episodic returns of `checkpoint` played by the script's evaluator with its --vector-env set to `backend`."""
+def play(saved, backend, episodes, seed, script):
+    """The episodic returns of the checkpoint `saved` (loaded) played by the script's evaluator with its --vector-env
+    set to `backend`."""
     from ppo_utils.evaluation import evaluate  # loaded with the script, from the repository
 
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    saved["args"]["vector_env"] = backend
+    saved = {**saved, "args": {**saved["args"], "vector_env": backend}}
     with tempfile.TemporaryDirectory() as scratch:  # the copy, and the evaluation's runs/ folder if it makes one
         copy = os.path.join(scratch, "agent.pt")
         torch.save(saved, copy)
@@ -41,6 +40,22 @@ def play(checkpoint, backend, episodes, seed, script):
             os.chdir(here)
 
 
+def loaded(path, script):
+    """The checkpoint at `path`, checked as --eval-checkpoint checks it (one line for a missing, foreign or damaged
+    file), of a task both backends have; else SystemExit in one line."""
+    from ppo_utils.checkpoints import load_checkpoint
+    from ppo_utils.flag_checks import MUJOCO_TASKS, ArgError
+
+    try:
+        saved = load_checkpoint(path, "a checkpoint", script.Args())
+    except ArgError as e:
+        raise SystemExit(f"error: {e}") from None
+    if saved["args"]["env_id"] not in MUJOCO_TASKS:
+        raise SystemExit(f"error: {path} plays {saved['args']['env_id']}, which envpool lacks; pass agents of its MuJoCo "
+                         f"tasks ({', '.join(MUJOCO_TASKS)})")  # fmt: skip
+    return saved
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", nargs="+", help="agent.pt files of ppo_continuous_action.py or its batched script")
@@ -49,16 +64,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.episodes < 2:
         raise SystemExit("error: --episodes must be at least 2, for a standard error; pass --episodes 30, say")
-    missing = [path for path in args.checkpoints if not Path(path).is_file()]
-    if missing:
-        raise SystemExit(f"error: no checkpoint at {missing[0]}; pass agent.pt files (runs/<run>/agent.pt)")
     script = load_script("ppo_continuous_action.py")
+    checkpoints = {path: loaded(path, script) for path in args.checkpoints}  # all checked before any plays
     print(f"{args.episodes} episodes per agent and backend, seed {args.seed}; mean return ± its standard error\n")
     print("| checkpoint | gymnasium | envpool | envpool - gymnasium |\n| --- | ---: | ---: | ---: |")
-    for path in args.checkpoints:
+    for path, saved in checkpoints.items():
         scores = []
         for backend in BACKENDS:
-            returns = [float(r) for r in play(path, backend, args.episodes, args.seed, script)]
+            returns = [float(r) for r in play(saved, backend, args.episodes, args.seed, script)]
             scores.append((statistics.mean(returns), statistics.stdev(returns) / len(returns) ** 0.5))
         (gym_mean, gym_se), (pool_mean, pool_se) = scores
         difference = f"{pool_mean - gym_mean:+.1f} ± {(gym_se**2 + pool_se**2) ** 0.5:.1f}"

@@ -227,9 +227,15 @@ def test_play_both_plays_a_checkpoint_as_eval_checkpoint_does_on_each_backend(tm
     play_both.main([path, "--episodes", "4", "--seed", "5"])
     row = capsys.readouterr().out.strip().splitlines()[-1].split(" | ")
     assert [cell.split(" ± ")[0] for cell in row[1:3]] == [printed["sync"], printed["envpool"]], (row, printed)
-    for argv, named in ((["--episodes", "1", path], "--episodes"), ([str(tmp_path / "none.pt")], "no checkpoint")):
+    fixtures = ROOT / "tests" / "fixtures" / "checkpoints"
+    (cartpole,) = glob.glob(str(fixtures / "ppo" / "*" / "agent.pt"))  # ppo.py's, on CartPole-v1
+    (pendulum,) = glob.glob(str(fixtures / "ppo_continuous_action" / "*" / "agent.pt"))  # a task envpool lacks
+    bad = [(["--episodes", "1", path], "--episodes"), ([str(tmp_path / "none.pt")], "none.pt: no such file"),
+           ([path, cartpole], "was written by ppo.py"), ([pendulum], "plays Pendulum-v1, which envpool lacks")]  # fmt: skip
+    for argv, named in bad:
         with pytest.raises(SystemExit, match=named):
             play_both.main(argv)
+    assert "envpool - gymnasium" not in capsys.readouterr().out  # every file is checked before any agent plays
 
 
 @pytest.mark.slow
