@@ -28,8 +28,15 @@ def main(argv=None):
     parser.add_argument("--random", type=Path, required=True, help="the random policy's episodes (env_id, return)")
     parser.add_argument("--last", type=int, default=100, help="episodes at the end of each run that make its score")
     args = parser.parse_args(argv)
-    runs = summarize(read_data(args.results / "data"), args.last)
-    random = pd.read_csv(args.random).groupby("env_id")["return"].mean()
+    tables = read_data(args.results / "data")
+    if tables is None:
+        parser.error(f"{args.results} has no data/runs.csv; pass a report folder (benchmark/report.py --output writes one)")
+    if not args.random.is_file():
+        parser.error(f"--random {args.random}: no such file; benchmark/random_scores.py --output writes one")
+    random = pd.read_csv(args.random)
+    if not {"env_id", "return"} <= set(random.columns):
+        parser.error(f"--random {args.random} has no env_id and return columns; pass benchmark/random_scores.py's CSV")
+    runs, random = summarize(tables, args.last), random.groupby("env_id")["return"].mean()
     tasks = sorted(set(runs[runs.variant == args.base].env_id) & set(runs[runs.variant == args.variant].env_id))
     missing = [task for task in tasks if task not in random.index]
     if not tasks or missing:

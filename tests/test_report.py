@@ -769,7 +769,8 @@ def test_normalized_iqm_scales_each_task_from_random_to_the_bases_mean(tmp_path,
     episodes.to_csv(data / "episodes.csv.gz", index=False)
     runs = episodes[["env_id", "variant", "seed"]].drop_duplicates()
     runs.assign(sps=1.0, seconds=1.0, commit="x", machine="m").to_csv(data / "runs.csv", index=False)
-    random = pd.DataFrame([("TaskA-v0", 0, -10.0, 5), ("TaskB-v0", 0, 50.0, 5)], columns=["env_id", "episode", "return", "length"])
+    columns = ["env_id", "episode", "return", "length"]
+    random = pd.DataFrame([("TaskA-v0", 0, -10.0, 5), ("TaskB-v0", 0, 50.0, 5)], columns=columns)
     random.to_csv(tmp_path / "random.csv", index=False)
 
     assert normalized_iqm.main([str(tmp_path), "--base", "base", "--variant", "other", "--random",
@@ -779,5 +780,26 @@ def test_normalized_iqm_scales_each_task_from_random_to_the_bases_mean(tmp_path,
         normalized = []
         for env_id, random_return in (("TaskA-v0", -10.0), ("TaskB-v0", 50.0)):
             base_mean = np.mean([scores[env_id, "base", seed] for seed in (1, 2, 3, 4)])
-            normalized += [(scores[env_id, variant, seed] - random_return) / (base_mean - random_return) for seed in (1, 2, 3, 4)]
+            span = base_mean - random_return
+            normalized += [(scores[env_id, variant, seed] - random_return) / span for seed in (1, 2, 3, 4)]
         assert f"| {trim_mean(normalized, 0.25):.2f} [" in table[variant], table[variant]
+
+
+@needs("rliable")
+def test_normalized_iqm_bad_input_is_one_line(tmp_path, capsys):
+    """A folder without data, a missing --random file, and a CSV without the random policy's columns: each one line
+    naming what to pass, no traceback."""
+    import normalized_iqm
+
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    random = ROOT / "benchmark/results/table1/data/random.csv"
+    results = ROOT / "benchmark/results/mujoco-envpool"
+    bad = [([str(tmp_path), "--random", str(random)], "has no data/runs.csv"),
+           ([str(results), "--random", str(tmp_path / "none.csv")], "none.csv: no such file"),
+           ([str(results), "--random", str(tmp_path / "other.csv")], "has no env_id and return columns")]
+    for argv, named in bad:
+        with pytest.raises(SystemExit):
+            normalized_iqm.main([*argv, "--base", "gymnasium", "--variant", "envpool"])
+        error = capsys.readouterr().err
+        last = error.strip().splitlines()[-1]  # argparse's usage lines, then the error
+        assert "Traceback" not in error and "error: " in last and named in last, error
