@@ -18,7 +18,6 @@ training SPS (the run's own charts/SPS) counts the start, torch.compile's build 
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -34,20 +33,10 @@ import torch
 import tyro
 from torch.utils.flop_counter import FlopCounterMode
 
-from versus import machine  # beside this file
+from project import load_package, load_script  # beside this file
+from versus import machine
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_package(name):
-    """The project's package `name` (ppo_utils), loaded from its folder as the scripts are loaded from their files, so
-    that the scripts' own `from ppo_utils... import` find it wherever this program runs from."""
-    if name not in sys.modules:
-        folder = ROOT / name
-        spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
 
 
 load_package("ppo_utils")
@@ -59,17 +48,6 @@ BENCHMARK_ENVS = {  # script: (env id, training steps per run)
     "ppo_atari.py": ("BreakoutNoFrameskip-v4", 20480),
     "ppo_rnn.py": ("BreakoutNoFrameskip-v4", 20480),
 }
-
-
-def load_script(name):
-    """The project's script `name` (ppo_masked.py) as a module, loaded once (a test's copy, if loaded, is reused)."""
-    if Path(name).stem in sys.modules:
-        return sys.modules[Path(name).stem]
-    spec = importlib.util.spec_from_file_location(Path(name).stem, ROOT / name)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # tyro reads the Args docstrings through the module
-    spec.loader.exec_module(module)
-    return module
 
 
 def env_only_sps(envs, seed, steps):

@@ -40,9 +40,9 @@ and Optuna's plots (the history, the parameters' importance) as PNGs; <results>/
 import argparse
 import contextlib
 import fcntl
-import importlib.util
 import io
 import json
+import math
 import os
 import re
 import shlex
@@ -58,12 +58,15 @@ from pathlib import Path
 
 import numpy as np
 
-from report_data import read_run  # beside this file
+from journal import JournalError, check_journal  # beside this file
+from project import load_package, load_script
+from report_data import read_run
 from run import (
     RUNNING,
     Batch,
     PlannedRun,
     checkpoint_of,
+    die_with_runner,
     execute,
     execute_batch,
     folder_name,
@@ -81,6 +84,8 @@ NOT_SEARCHED = {"exp_name", "seed", "env_id", "total_timesteps", "resume", "eval
                 "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval", "cuda"}  # fmt: skip
 SPACE_KEY = "tune:space"  # the study's user attributes: what a joining worker must match
 CAP_KEY = "tune:trials"
+CREATOR_KEY = "tune:creator"  # the worker that created the study and queues its trials
+STALL = 30.0  # seconds without a trial queued after which a creator on another machine counts as dead
 
 
 # ---------------------------------------------------------------------------------------------------------------- space
@@ -118,18 +123,6 @@ class Dimension:
         return [self.option, f"{value:.6g}" if isinstance(value, float) else str(value)]
 
 
-def load_script(script):
-    """The module of one of the family's scripts (its Args, for the flags' names, types and rules)."""
-    name = Path(script).stem
-    if name not in sys.modules:
-        sys.path.insert(0, str(ROOT))  # its ppo_utils
-        spec = importlib.util.spec_from_file_location(name, ROOT / script)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # its dataclasses look themselves up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def flag_kind(annotation):
     """(kind, a Literal's choices) of an Args field's type; None for one a search cannot draw (a tuple, a str)."""
     drawn = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -165,6 +158,8 @@ def parse_dimension(spec, script, Args):
     rules = FLAG_RULES | getattr(Args, "flag_rules", {})
 
     def checked(value):
+        if kind in ("int", "float") and not math.isfinite(value):
+            refuse(f"--space {spec}: --{flag.replace('_', '-')} {value}: pass finite numbers")
         if flag in rules and not rules[flag][0](value):
             refuse(f"--space {spec}: --{flag.replace('_', '-')} {value}: {rules[flag][1]}")
         return value
@@ -244,7 +239,18 @@ def open_storage(url, out: Path):
     opened."""
     import optuna
 
+    flag = f"--storage {url}" if url else f"--out {out}: its study.journal"
     url = url or str(out / "study.journal")
+    if "://" not in url:  # a journal file: read whole before anything is written to it
+        check_folder(flag, Path(url).parent)
+        if Path(url).is_dir():
+            refuse(f"{flag}: a folder, not a journal file; pass a file's path (a new one makes a new study)")
+        try:
+            mended = check_journal(url)
+        except JournalError as e:
+            refuse(f"{flag}: {e}; nothing was written to it: pass a journal this program wrote, or a new path")
+        if mended:
+            print(f"mended {mended}", flush=True)
     try:
         if "://" not in url:
             Path(url).parent.mkdir(parents=True, exist_ok=True)
@@ -258,8 +264,21 @@ def open_storage(url, out: Path):
                     raise
                 time.sleep(1.0)
     except Exception as e:  # sqlalchemy's, a driver's, the file system's: one line
-        refuse(f"--storage {url}: cannot open it ({first_line(e)}); pass a journal file path or a URL Optuna opens "
+        refuse(f"{flag}: cannot open it ({first_line(e)}); pass a journal file path or a URL Optuna opens "
                "(sqlite:///study.db, postgresql://user:password@host/db)")  # fmt: skip
+
+
+def check_folder(flag, path):
+    """SystemExit in one line where `path` cannot be a folder this program writes in (it or a folder above it is a file,
+    or the nearest folder above it that exists is not writable); nothing is made."""
+    path = Path(path).absolute()
+    for above in [path, *path.parents]:
+        if above.exists():
+            if not above.is_dir():
+                refuse(f"{flag}: {above} is a file, not a folder; pass a folder there is none in the way of")
+            if not os.access(above, os.W_OK | os.X_OK):
+                refuse(f"{flag}: cannot write in {above}; pass a folder you may write in")
+            return
 
 
 def first_line(error):
@@ -267,47 +286,110 @@ def first_line(error):
 
 
 def study_spec(options, space):
-    """What a study's workers must agree on, kept in its user attributes."""
+    """What a study's workers must agree on, kept in its user attributes: what its trials train and how they are
+    scored, pruned, held out and found dead."""
     return {"script": options.script, "env_id": options.env_id, "space": [d.spec() for d in space],
             "seeds": list(options.seeds), "total_timesteps": options.total_timesteps, "flags": options.flags,
-            "last": options.last}  # fmt: skip
+            "last": options.last, "rungs": options.rungs, "pruner": options.pruner, "prune_after": options.prune_after,
+            "test_seeds": list(options.test_seeds), "test_timesteps": options.test_timesteps,
+            "baseline": list(options.baseline), "grace": options.grace}  # fmt: skip
 
 
-def join_study(options, space, storage, sampler, pruner):
+def join_study(options, space, storage, sampler, pruner, out: Path, check=lambda: None):
     """Creates the study with its --trials waiting trials, or joins it; SystemExit where it exists with another space or
-    setup. Returns (study, whether this worker created it)."""
+    setup. A study whose creator died while it queued the trials is queued to the end by the worker that joins it.
+    `check` is called between two writes (signals_deferred's). Returns (study, whether this worker created it, this
+    worker's lock: hold_worker_lock's, taken before the study is created, or joined once it matches)."""
     import optuna
 
     spec = study_spec(options, space)
     try:
         exists = options.study in optuna.get_all_study_names(storage)
-    except Exception as e:  # a file that is no journal, a database without Optuna's tables
+    except Exception as e:  # a database without Optuna's tables
         refuse(f"--storage {options.storage or 'its journal'}: cannot read its studies ({first_line(e)}); pass another")
     try:
         if not exists:  # checked first, so that joining writes nothing where the study turns out to differ
+            lock = hold_worker_lock(out)  # before the study: a worker that joins while this one queues sees it live
             study = optuna.create_study(storage=storage, study_name=options.study, direction="maximize", sampler=sampler,
                                         pruner=pruner)  # fmt: skip
+            study.set_user_attr(CREATOR_KEY, WORKER)
             study.set_user_attr(SPACE_KEY, spec)
             study.set_user_attr("tune:command", shlex.join(["python", "benchmark/tune.py", *options.argv]))  # its creator's
-            for slot in range(options.trials):
-                study.enqueue_trial({}, user_attrs={"slot": slot})  # the trial cap: a worker takes a waiting one, or none
             study.set_user_attr(CAP_KEY, options.trials)
-            return study, True
+            queue_slots(study, options.trials, check)
+            return study, True, lock
     except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
-        pass
+        lock.close()
     study = optuna.load_study(study_name=options.study, storage=storage, sampler=sampler, pruner=pruner)
-    for _ in range(600):  # its creator is still queueing the trials
-        if CAP_KEY in study.user_attrs:
-            break
-        time.sleep(0.1)
+    wait_for_creator(study, out, check)
     theirs = study.user_attrs.get(SPACE_KEY)
-    if theirs != spec:
-        differ = next((key for key in spec if theirs is None or theirs.get(key) != spec[key]), "space")
+    if theirs is not None and any(theirs[key] != spec[key] for key in spec if key in theirs):  # a study of an older
+        differ = next(key for key in spec if key in theirs and theirs[key] != spec[key])  # tuner holds fewer keys
         refuse(f"--study {options.study} exists in this storage with another {differ.replace('_', '-')} "
-               f"({(theirs or {}).get(differ)!r}); give the same options to join it, or another --study")  # fmt: skip
-    if study.user_attrs[CAP_KEY] != options.trials:
-        refuse(f"--study {options.study} was created with --trials {study.user_attrs[CAP_KEY]}; pass that to join it")
-    return study, False
+               f"({theirs[differ]!r}); give the same options to join it, or another --study")  # fmt: skip
+    cap = study.user_attrs.get(CAP_KEY, options.trials)
+    if cap != options.trials:
+        refuse(f"--study {options.study} was created with --trials {cap}; pass that to join it")
+    lock = hold_worker_lock(out)
+    if theirs is None:  # its creator died before it wrote what the study is: the same command's
+        study.set_user_attr(SPACE_KEY, spec)
+        study.set_user_attr(CAP_KEY, cap)
+    queued = queue_slots(study, cap, check)
+    if queued:
+        print(f"--study {options.study}: its creator stopped while it queued the trials; queued the {queued} missing")
+    return study, False, lock
+
+
+def queue_slots(study, cap, check):
+    """Queues a waiting trial for each slot 0..cap-1 that no trial holds yet (the trial cap: a worker takes a waiting
+    one, or none), calling `check` before each; returns how many."""
+    held = {t.user_attrs.get("slot") for t in study.get_trials(deepcopy=False)}
+    missing = [slot for slot in range(cap) if slot not in held]
+    for slot in missing:
+        check()
+        study.enqueue_trial({}, user_attrs={"slot": slot})
+    return len(missing)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Ctrl-C and SIGTERM held back while the study is created or joined (one landing inside the journal's lock leaves
+    the lock or an entry half written): yields a check that raises KeyboardInterrupt, between two writes, once one
+    came; it is raised at the end too."""
+    caught = []
+    handlers = {signum: signal.signal(signum, lambda signum, frame: caught.append(signum))
+                for signum in (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+
+    def check():
+        if caught:
+            raise KeyboardInterrupt
+
+    try:
+        yield check
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    check()
+
+
+def wait_for_creator(study, out: Path, check):
+    """Waits while the study's creator queues its trials: until it has queued them all, or is found dead (on this
+    machine: its lock is free; elsewhere, or for a study of an older tuner that names no creator: no trial queued for
+    STALL seconds)."""
+    seen, since = -1, time.time()
+    while True:
+        check()
+        attrs, trials = study.user_attrs, study.get_trials(deepcopy=False)
+        if CAP_KEY in attrs and len({t.user_attrs.get("slot") for t in trials} - {None}) >= attrs[CAP_KEY]:
+            return
+        creator = attrs.get(CREATOR_KEY, "")
+        if creator.partition(":")[0] == socket.gethostname() and not worker_alive(creator, out, None, STALL):
+            return
+        if len(trials) != seen:
+            seen, since = len(trials), time.time()
+        elif time.time() - since > STALL:
+            return
+        time.sleep(0.2)
 
 
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this worker's name in its trials' user attributes
@@ -403,7 +485,8 @@ class Worker:
     def __init__(self, options, space, study, Args):
         self.options, self.space, self.study, self.Args = options, space, study, Args
         self.out = Path(options.out)
-        self.lock, self.stopping = threading.Lock(), threading.Event()
+        self.lock, self.stopping, self.beating = threading.Lock(), threading.Event(), threading.Event()
+        self.error = None  # the first exception of a thread of this worker
         self.pending = []  # units (a TrialRun's runs, or a Batch of several trials') not yet started
         self.trials = {}  # slot -> TrialRun of this worker
         self.started, self.finished, self.durations = time.time(), 0, []
@@ -438,6 +521,8 @@ class Worker:
             words = [w for d in self.space for w in d.words(params[d.flag])]
             self.study._storage.set_trial_user_attr(trial_id, "flags", shlex.join(words))  # what its runs are given
             slot = self.study._storage.get_trial(trial_id).user_attrs["slot"]
+            if self.held_elsewhere(trial, slot):
+                continue
             why = check_trial_flags(self.Args, self.run_words() + words)
             if why:  # a combination the script refuses (e.g. minibatches that do not split the batch)
                 self.study._storage.set_trial_user_attr(trial_id, "failed", why)
@@ -449,6 +534,7 @@ class Worker:
                     for seed in self.options.seeds]  # fmt: skip
             one = self.trials[slot] = TrialRun(trial, slot, words, runs)
             gather_batch_runs(self.out, runs)  # a killed batched process's run folders, where their runs' are
+            self.claim(slot, words)
             for run in runs:  # a run that finished before its worker was killed: its score, no new process
                 if (run.folder(self.out) / "done.json").exists():
                     self.score(one, run)
@@ -466,6 +552,33 @@ class Worker:
             groups.setdefault(key if key[0] != "some" else one.slot, []).extend(one.runs)
         self.pending += [Batch(runs) for runs in groups.values()]
 
+    def claim(self, slot, words):
+        """<out>/<env id>/trial-<slot>/flags.json records the flags the trial's runs train with. Where it records others
+        (the journal lost the trial's draw, a write cut short, and the trial drew anew) the folder is moved aside, said
+        in one line, so that no run of other flags is scored as this trial's."""
+        folder, flags = self.out / self.options.env_id / f"trial-{slot}", shlex.join(words)
+        record = folder / "flags.json"
+        if record.exists() and json.loads(record.read_text())["flags"] != flags:
+            aside = folder.with_name(f"{folder.name}.other-flags-{time.strftime('%Y%m%d-%H%M%S')}")
+            folder.rename(aside)
+            theirs = json.loads((aside / "flags.json").read_text())["flags"]
+            print(f"trial {slot}: {folder} holds runs of other flags ({theirs}: a draw the journal lost); moved them to "
+                  f"{aside.name}, and the trial trains {flags}", flush=True)  # fmt: skip
+        folder.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"flags": flags}) + "\n")
+
+    def held_elsewhere(self, trial, slot):
+        """Whether an earlier trial holds `slot` (two workers that queued a dead creator's missing slots at once both
+        queued it): this one is then failed, so that each slot trains once, in its own folders."""
+        import optuna
+
+        earlier = [t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("slot") == slot
+                   and t.number < trial.number and t.state != optuna.trial.TrialState.FAIL]  # fmt: skip
+        if earlier:
+            self.study._storage.set_trial_user_attr(trial._trial_id, "failed", f"slot {slot} is trial {earlier[0].number}'s")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return bool(earlier)
+
     def run_words(self):
         """The command-line words every run of the study has, as the script's checks read them."""
         return ["--env-id", self.options.env_id, "--total-timesteps", str(self.options.total_timesteps)] + self.common_words()
@@ -473,7 +586,8 @@ class Worker:
     def score(self, one, run):
         """A finished run's score: the mean return of its last --last episodes (benchmark/report.py's)."""
         logged = read_run(run.folder(self.out))
-        one.scores[run.seed] = float(logged[0]["episodic_return"].to_numpy()[-self.options.last :].mean())
+        returns = logged[0]["episodic_return"].to_numpy() if logged else []
+        one.scores[run.seed] = float(returns[-self.options.last :].mean()) if len(returns) else None  # None: no episode
         one.ended.add(run.seed)
 
     def common_words(self):
@@ -484,7 +598,7 @@ class Worker:
         """Trains a unit to its end: a Batch again without its pruned trials' runs after each prune (their processes'
         checkpoints: the others continue), or one run."""
         while unit is not None and not self.stopping.is_set():
-            watcher = threading.Thread(target=self.watch, args=(unit,), daemon=True)
+            watcher = threading.Thread(target=self.guarded(self.watch), args=(unit,), daemon=True)
             watcher.start()
             if isinstance(unit, Batch):
                 _, seconds, status = execute_batch(unit, self.out, self.stopping)
@@ -535,15 +649,26 @@ class Worker:
     def tell(self, one):
         import optuna
 
-        if one.pruned:
-            self.study.tell(one.trial, state=optuna.trial.TrialState.PRUNED)
-            said = f"pruned at step {self.rung_steps[one.reported - 1]}"
-        else:
-            value = float(np.mean([one.scores[seed] for seed in self.options.seeds]))
-            for seed, score in one.scores.items():
-                self.study._storage.set_trial_user_attr(one.trial._trial_id, f"score_seed{seed}", score)
-            self.study.tell(one.trial, value)
-            said = f"{value:.2f}"
+        empty = [seed for seed in self.options.seeds if one.scores.get(seed, 0.0) is None]
+        try:
+            if self.study._storage.get_trial(one.trial._trial_id).state.is_finished():
+                raise optuna.exceptions.UpdateFinishedTrialError
+            if one.pruned:
+                self.study.tell(one.trial, state=optuna.trial.TrialState.PRUNED)
+                said = f"pruned at step {self.rung_steps[one.reported - 1]}"
+            elif empty:  # nothing to score: a mean of no return is no score
+                said = (f"no episode of seed {empty[0]} ended within --total-timesteps {self.options.total_timesteps}; "
+                        "failed (raise --total-timesteps, or search a task whose episodes end sooner)")  # fmt: skip
+                self.study._storage.set_trial_user_attr(one.trial._trial_id, "failed", said)
+                self.study.tell(one.trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                value = float(np.mean([one.scores[seed] for seed in self.options.seeds]))
+                for seed, score in one.scores.items():
+                    self.study._storage.set_trial_user_attr(one.trial._trial_id, f"score_seed{seed}", score)
+                self.study.tell(one.trial, value)
+                said = f"{value:.2f}"
+        except optuna.exceptions.UpdateFinishedTrialError:  # another worker found this one dead and queued it again
+            said = "ended elsewhere (another worker took this worker for dead and queued it again); this result dropped"
         one.trial = None
         self.finished += 1
         print(f"trial {one.slot} ({shlex.join(one.words)}): {said}; {self.progress()}", flush=True)
@@ -568,21 +693,14 @@ class Worker:
     def watch(self, unit):
         """While the unit's process trains: reads its progress lines (each run's step and mean return), reports each
         trial at each rung its seeds have all passed, and stops the process where Optuna prunes one of its trials
-        (SIGTERM: every run saves a checkpoint; the others then continue from theirs). Also beats each trial's
-        heartbeat."""
+        (SIGTERM: every run saves a checkpoint; the others then continue from theirs)."""
         folder = unit.folder(self.out)
-        log, offset, beat = folder / "output.log", None, 0.0
+        log, offset = folder / "output.log", None
         pattern = re.compile(r"^(?:(?:\S+-trial-(\d+) )?seed (\d+): )?step (\d+)/\d+ .*mean return \(last \d+\) (\S+)")
         runs = unit.runs if isinstance(unit, Batch) else [unit]
         single = not isinstance(unit, Batch) or len(unit.variants) == 1
         while not getattr(unit, "ended", False):
             time.sleep(1.0)
-            if time.time() - beat > 30:
-                beat = time.time()
-                for slot in {int(run.variant.split("-")[1]) for run in runs}:
-                    trial = self.trials[slot].trial
-                    if trial is not None:
-                        self.study._storage.set_trial_user_attr(trial._trial_id, "heartbeat", beat)
             if not log.exists():
                 continue
             with open(log) as handle:
@@ -630,6 +748,36 @@ class Worker:
             if cwd in folders:
                 process.send_signal(signal.SIGTERM)
 
+    def beat(self):
+        """Beats the heartbeat of every trial this worker holds, training or queued behind another, every quarter of
+        --grace (30 s at most), so that a worker on another machine never takes a live one for dead."""
+        import optuna
+
+        while not self.beating.wait(min(30.0, self.options.grace / 4)):
+            with self.lock:
+                held = [one.trial for one in self.trials.values() if one.trial is not None]
+            for trial in held:
+                try:
+                    self.study._storage.set_trial_user_attr(trial._trial_id, "heartbeat", time.time())
+                except optuna.exceptions.UpdateFinishedTrialError:  # told meanwhile (here, or by a worker elsewhere)
+                    pass
+
+    def guarded(self, function):
+        """`function` for a thread of this worker: an exception in it (a journal error, a bug) stops the whole worker,
+        its processes saving their checkpoints, and is said in one line by work(), not as a thread's traceback."""
+
+        def run(*args):
+            try:
+                function(*args)
+            except Exception as e:
+                with self.lock:
+                    self.error = self.error or e
+                self.stopping.set()
+                for process in list(RUNNING):
+                    process.send_signal(signal.SIGTERM)
+
+        return run
+
     def work(self):
         """Trains units until no trial is waiting; returns whether every trial of the study has ended."""
         from optuna.trial import TrialState
@@ -645,8 +793,9 @@ class Worker:
                     continue
                 self.train(unit)
 
-        threads = [threading.Thread(target=loop, daemon=True) for _ in range(self.options.workers)]
-        for thread in threads:
+        threads = [threading.Thread(target=self.guarded(loop), daemon=True) for _ in range(self.options.workers)]
+        heart = threading.Thread(target=self.guarded(self.beat), daemon=True)
+        for thread in [*threads, heart]:
             thread.start()
         try:
             for thread in threads:
@@ -661,6 +810,12 @@ class Worker:
             print("interrupted; run the same command again to continue the study (its running trials are queued again "
                   "and continue from their checkpoints)", flush=True)  # fmt: skip
             raise SystemExit(130)
+        finally:
+            self.beating.set()
+        if self.error is not None:
+            raise SystemExit(f"error: this worker stopped: {type(self.error).__name__}: {first_line(self.error)}; its "
+                             "trials are queued again, and continue from their checkpoints, when a tuner next joins the "
+                             "study (the same command)")  # fmt: skip
         trials = self.study.get_trials(deepcopy=False)
         return not any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
 
@@ -683,12 +838,27 @@ def held_out(options, study, space):
         command.append("--batch-seeds")
     print(f"the best trial ({best.user_attrs.get('slot', best.number)}: {shlex.join(words)}, {best.value:.2f}) and the "
           f"defaults on the held-out seeds {' '.join(map(str, options.test_seeds))}: {shlex.join(command)}", flush=True)  # fmt: skip
-    subprocess.run(command, check=True)
+    run_to_end(command, "the held-out runs (benchmark/run.py)")
     report = [sys.executable, str(ROOT / "benchmark" / "report.py"), str(out), "--output", str(results / "held-out"),
               "--last", str(options.last), "--compare", "default", "best"]  # fmt: skip
     for baseline in options.baseline:
         report += ["--compare", baseline.partition("=")[0], "best"]
-    subprocess.run(report, check=True)
+    run_to_end(report, "their report (benchmark/report.py)")
+
+
+def run_to_end(command, what):
+    """Runs one of the benchmark's tools to its end, in a process group of its own: a Ctrl-C or SIGTERM of the tuner
+    reaches it once, passed on as SIGINT (its runs save their checkpoints), and is waited for; then KeyboardInterrupt.
+    SystemExit in one line where it fails (its own lines, above, say why)."""
+    process = subprocess.Popen(command, process_group=0, preexec_fn=die_with_runner)
+    try:
+        status = process.wait()
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGINT)
+        process.wait()
+        raise
+    if status != 0:
+        refuse(f"{what} ended with exit status {status}; its lines above say why")
 
 
 def write_report(results: Path, study):
@@ -865,49 +1035,30 @@ def main(argv=None):
     import optuna
 
     if options.report:
-        path = Path(options.report) / "study.journal"
-        if not path.exists():
-            refuse(f"--report {options.report}: no study.journal there; pass a results folder this program wrote")
-        storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-        summaries = optuna.get_all_study_summaries(storage)
-        write_report(Path(options.report), optuna.load_study(study_name=summaries[0].study_name, storage=storage))
+        write_report(Path(options.report), reported_study(Path(options.report)))
         return
-    if options.script not in SCRIPTS:
-        refuse(f"--script {options.script}: pass one of {', '.join(SCRIPTS)}")
-    if not options.env_id or not options.total_timesteps:
-        refuse("pass --env-id and --total-timesteps: every trial trains on that task for that many steps")
-    if options.trials < 1 or options.workers < 1 or options.agents < 1 or options.rungs < 0:
-        refuse("--trials, --workers and --agents take a positive count, --rungs one >= 0")
-    if len(set(options.seeds)) < len(options.seeds) or len(set(options.test_seeds)) < len(options.test_seeds):
-        refuse("--seeds and --test-seeds: give each seed once")
-    if set(options.seeds) & set(options.test_seeds):
-        both = " ".join(map(str, sorted(set(options.seeds) & set(options.test_seeds))))
-        refuse(f"--test-seeds {both}: the search trains on these too; held-out seeds must be others (Eimer et al., 2023)")
-    folder_name(options.env_id)
+    check_options(options)
     options.study = options.study or f"tune-{options.env_id}"
     options.out = options.out or str(ROOT / "benchmark" / "runs" / f"tune-{options.env_id}")
     options.results = options.results or str(ROOT / "benchmark" / "results" / f"tune-{options.env_id}")
     Args = load_script(options.script).Args
     space = parse_space(options.space, options.script, Args)
-    searched = {d.flag for d in space}
-    common = [
-        w[2:].partition("=")[0].replace("-", "_").removeprefix("no_") for w in shlex.split(options.flags) if w.startswith("--")
-    ]
-    if searched & set(common):
-        refuse(f"--flags {options.flags}: --{sorted(searched & set(common))[0].replace('_', '-')} is searched; leave it "
-               "out of --flags")  # fmt: skip
-    why = check_trial_flags(Args, shlex.split(options.flags) + ["--env-id", options.env_id, "--total-timesteps",
-                                                                str(options.total_timesteps)])  # fmt: skip
-    if why:
-        refuse(f"--flags {options.flags!r} with --env-id {options.env_id}: {why}")
+    check_common_flags(options, space, Args)
     options.flags = shlex.join(shlex.split(options.flags))  # one spelling, as the study keeps it
+    check_folder(f"--out {options.out}", options.out)
+    if not options.no_test:
+        check_folder(f"--results {options.results}", options.results)
     if options.slurm:
+        if not Path(options.slurm).parent.is_dir():
+            refuse(f"--slurm {options.slurm}: no folder {Path(options.slurm).parent}; make it, or write the job elsewhere")
         Path(options.slurm).write_text(slurm_script(options, argv))
         print(f"wrote {options.slurm}: sbatch it (its {options.slurm_workers} tuners share --storage and --out)")
         return
 
     out = Path(options.out)
     os.environ.setdefault("PPO_PROGRESS_SECONDS", "2")  # the runs' progress lines, which the rungs are read from
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, interrupt)  # a cluster's preemption or a kill stops it as Ctrl-C does
     storage = open_storage(options.storage, out)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler_seed = options.sampler_seed
@@ -916,31 +1067,123 @@ def main(argv=None):
     else:
         sampler = optuna.samplers.RandomSampler(seed=sampler_seed)
     pruner = make_pruner(options)
-    study, created = join_study(options, space, storage, sampler, pruner)
+    try:
+        with signals_deferred() as check:
+            study, created, lock = join_study(options, space, storage, sampler, pruner, out, check)
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted while the study's trials were queued; run the same command again to queue the rest "
+                         "and start") from None  # fmt: skip
     if not created:  # a worker that joins: draws of its own, not its creator's again
         study.sampler = type(sampler)(
             seed=sampler_seed + os.getpid(), **({"constant_liar": True} if options.sampler == "tpe" else {})
         )
-    lock = hold_worker_lock(out)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, interrupt)  # a cluster's preemption or a kill stops it as Ctrl-C does
     print(f"study {options.study} in {options.storage or out / 'study.journal'} ({'created' if created else 'joined'}); "
           f"runs in {out}; watch it with: optuna-dashboard {options.storage or out / 'study.journal'}", flush=True)  # fmt: skip
     worker = Worker(options, space, study, Args)
     print(worker.progress(), flush=True)
-    ended = worker.work()
-    lock.close()
+    try:
+        ended = worker.work()
+    finally:
+        lock.close()
     if not ended:
         print(f"this worker found no waiting trial; the others' running trials end elsewhere: {worker.progress()}")
         return
     complete = study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])
     if not complete:
-        raise SystemExit(f"error: no trial of {options.study} completed (see their output.log under {out})")
+        failed = [t for t in study.trials if "failed" in t.user_attrs]
+        why = f"trial {failed[-1].user_attrs.get('slot')}: {failed[-1].user_attrs['failed']}" if failed else f"see {out}"
+        raise SystemExit(f"error: no trial of {options.study} completed ({why})")
     if options.no_test:
         print(f"all trials ended; best {study.best_value:.2f}: {study.best_params}")
         return
-    held_out(options, study, space)
+    try:
+        held_out(options, study, space)
+    except KeyboardInterrupt:
+        raise SystemExit(f"interrupted on the held-out seeds; run the same command again to continue them from their "
+                         f"checkpoints: python benchmark/tune.py {shlex.join(argv)}") from None  # fmt: skip
     write_report(Path(options.results), keep_study(study, Path(options.results)))
+
+
+def check_options(options):
+    """tune.py's own options, each in one line before anything is written or trained."""
+    load_package("ppo_utils")
+    from ppo_utils.flag_checks import FLAG_RULES
+
+    if options.script not in SCRIPTS:
+        refuse(f"--script {options.script}: pass one of {', '.join(SCRIPTS)}")
+    if not options.env_id or not options.total_timesteps:
+        refuse("pass --env-id and --total-timesteps: every trial trains on that task for that many steps")
+    for name in ("total_timesteps", "test_timesteps", "trials", "workers", "agents", "last", "slurm_workers"):
+        if getattr(options, name) is not None and getattr(options, name) < 1:
+            refuse(f"--{name.replace('_', '-')} {getattr(options, name)}: pass a positive count")
+    for name in ("rungs", "prune_after"):
+        if getattr(options, name) < 0:
+            refuse(f"--{name.replace('_', '-')} {getattr(options, name)}: pass a count >= 0")
+    if not (math.isfinite(options.grace) and options.grace > 0):
+        refuse(f"--grace {options.grace}: pass the seconds (> 0) without a heartbeat after which a worker counts as dead")
+    in_range, fix = FLAG_RULES["seed"]
+    for seed in [*options.seeds, *options.test_seeds]:
+        if not in_range(seed):
+            refuse(f"--seeds and --test-seeds {seed}: {fix}")
+    if len(set(options.seeds)) < len(options.seeds) or len(set(options.test_seeds)) < len(options.test_seeds):
+        refuse("--seeds and --test-seeds: give each seed once")
+    if set(options.seeds) & set(options.test_seeds):
+        both = " ".join(map(str, sorted(set(options.seeds) & set(options.test_seeds))))
+        refuse(f"--test-seeds {both}: the search trains on these too; held-out seeds must be others (Eimer et al., 2023)")
+    folder_name(options.env_id)
+
+
+# the flags of a study's runs that the study itself sets or needs, which --flags may not carry: what to use instead
+STUDY_FLAGS = {
+    "seed": "--seeds and --test-seeds set each run's", "seeds": "--seeds and --test-seeds set each run's",
+    "setting": "each trial is a setting of its own", "env_id": "pass tune.py's --env-id",
+    "total_timesteps": "pass tune.py's --total-timesteps (and --test-timesteps)",
+    "exp_name": "the study names each run's folder", "resume": "the same tune.py command continues the study's runs",
+    "save_model": "the study's runs keep checkpoints to continue from",
+    "checkpoint_interval": "the study's runs keep checkpoints to continue from",
+    "eval_checkpoint": "evaluate a run's agent.pt with the script's --eval-checkpoint after the study",
+    "eval_episodes": "evaluate a run's agent.pt with the script's --eval-checkpoint after the study",
+}  # fmt: skip
+
+
+def check_common_flags(options, space, Args):
+    """--flags: neither a searched flag nor one the study owns (STUDY_FLAGS), and flags the script takes."""
+    common = [
+        w[2:].partition("=")[0].replace("-", "_").removeprefix("no_") for w in shlex.split(options.flags) if w.startswith("--")
+    ]
+    searched = sorted({d.flag for d in space} & set(common))
+    if searched:
+        refuse(f"--flags {options.flags}: --{searched[0].replace('_', '-')} is searched; leave it out of --flags")
+    owned = [name for name in common if name in STUDY_FLAGS]
+    if owned:
+        refuse(f"--flags {options.flags}: --{owned[0].replace('_', '-')} is the study's ({STUDY_FLAGS[owned[0]]}); leave it "
+               "out of --flags")  # fmt: skip
+    why = check_trial_flags(Args, shlex.split(options.flags) + ["--env-id", options.env_id, "--total-timesteps",
+                                                                str(options.total_timesteps)])  # fmt: skip
+    if why:
+        refuse(f"--flags {options.flags!r} with --env-id {options.env_id}: {why}")
+
+
+def reported_study(results: Path):
+    """The study of a results folder's study.journal, for --report; SystemExit in one line where there is none."""
+    import optuna
+
+    path = results / "study.journal"
+    if not path.is_file():
+        refuse(f"--report {results}: no study.journal there; pass a results folder this program wrote")
+    try:
+        check_journal(path)  # mends a torn last line, as a tuner does
+        storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+        names = optuna.get_all_study_names(storage)
+    except (JournalError, ValueError) as e:
+        refuse(f"--report {results}: its study.journal is no journal of a study ({first_line(e)}); pass a results folder "
+               "this program wrote")  # fmt: skip
+    if not names:
+        refuse(f"--report {results}: its study.journal holds no study; pass a results folder this program wrote")
+    study = optuna.load_study(study_name=names[0], storage=storage)
+    if SPACE_KEY not in study.user_attrs or not study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
+        refuse(f"--report {results}: its study has no completed trial of a tune.py search; run the search first")
+    return study
 
 
 if __name__ == "__main__":
