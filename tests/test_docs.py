@@ -126,3 +126,73 @@ def test_ci_runs_the_readmes_test_command():
     command = readme_block("Test").strip().splitlines()[0]
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("python -m pytest")]
     assert ci == [command], (ci, command)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the versions the README and docs/ name, against requirements.txt's pins
+
+REQUIREMENTS = ROOT / "requirements.txt"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+# a pinned package named beside another version on purpose, where the text says so: {mention: where and why}
+OTHER_VERSIONS = {
+    "torch 1.2": "docs/docker.md: torch's 1.2 GB in the CUDA image, a size",
+    "torch 2.11": "docs/torchrun.md: the GPU machine's torch, whose torchrun lacks --shutdown-timeout",
+}
+
+
+def pins():
+    """requirements.txt's pins, {name: version}: names lowercased, `_` as `-`, extras dropped (gymnasium[atari,mujoco]
+    is gymnasium); and Python, from the line that says which Python they were tested on."""
+    text = REQUIREMENTS.read_text()
+    found = {"python": re.search(r"tested on Python (\d+\.\d+)", text).group(1)}
+    for name, version in re.findall(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)$", text, re.M):
+        found[name.lower().replace("_", "-")] = version
+    return found
+
+
+def version_mentions(text, names):
+    """(name, version, mention) for each `name==1.2.3`, `name[extras]==1.2.3` or `name 1.2` (`1.x`, `5`) in `text`,
+    of the given names (any case, `-` or `_`; PyTorch for torch)."""
+    spelled = {name: re.escape(name).replace(r"\-", "[-_]") for name in names} | {"torch": "(?:py)?torch"}
+    found = []
+    for name in names:
+        pattern = rf"(?<![\w-])(?:{spelled[name]})(?:\[[^\]]*\])?(?:==| )(\d+(?:\.(?:\d+|x))*)(?![\w-]|\.\d)"
+        for match in re.finditer(pattern, text, re.I):
+            found.append((name, match.group(1), " ".join(match.group(0).split())))
+    return found
+
+
+def agrees(said, pinned):
+    """Whether a version said (2.13, 1.x, 3) names the pinned one (2.13.0, 1.4.0, 3.3.9): its parts lead the pin's."""
+    said, pinned = said.split("."), pinned.split(".")
+    return len(said) <= len(pinned) and all(s in ("x", p) for s, p in zip(said, pinned))
+
+
+def test_the_versions_the_docs_name_are_the_pinned_ones():
+    """Each `package==version` and `package X.Y` of a package requirements.txt pins (and `Python X.Y`), in the README and
+    docs/, names the pinned version, but for the mentions of another version on purpose (OTHER_VERSIONS, each still
+    there); and psycopg2, which is not pinned, is named nowhere as the driver: requirements.txt pins psycopg 3."""
+    pinned = pins()
+    wrong, other = [], set()
+    for page in DOCS:
+        for name, said, mention in version_mentions(page.read_text(), pinned):
+            if mention.lower() in (m.lower() for m in OTHER_VERSIONS):
+                other.add(mention.lower())
+            elif not agrees(said, pinned[name]):
+                wrong.append(f"{page.relative_to(ROOT)}: {mention!r}, pinned {name}=={pinned[name]}")
+    assert not wrong, wrong
+    assert other == {m.lower() for m in OTHER_VERSIONS}, "an exception no page needs any more"
+    assert "psycopg2" not in pinned and pinned["psycopg"].startswith("3.")
+    assert not [page.name for page in DOCS if "psycopg2" in page.read_text()], "requirements.txt pins psycopg 3"
+
+
+def test_version_mentions_are_found_and_compared_by_hand():
+    """The check's reader on hand-written lines: what it finds, what it leaves (MuJoCo v5 is an env version, 1.2 GB
+    a size), and which versions agree."""
+    text = "torch==2.13.0, PyTorch 2.13's torchrun, gymnasium 1.x's API, psycopg[binary]==3.3.9, MuJoCo v5, ale_py 0.12"
+    assert version_mentions(text, ["torch", "gymnasium", "psycopg", "mujoco", "ale-py"]) == [
+        ("torch", "2.13.0", "torch==2.13.0"), ("torch", "2.13", "PyTorch 2.13"), ("gymnasium", "1.x", "gymnasium 1.x"),
+        ("psycopg", "3.3.9", "psycopg[binary]==3.3.9"), ("ale-py", "0.12", "ale_py 0.12"),
+    ]  # fmt: skip
+    assert agrees("2.13", "2.13.0") and agrees("1.x", "1.4.0") and agrees("3", "3.3.9")
+    assert not agrees("2.12", "2.13.0") and not agrees("2.13.0.1", "2.13.0") and not agrees("2", "3.3.9")
