@@ -36,15 +36,31 @@ def start(flags, cwd, name="ppo_continuous_action"):
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_checkpoint(cwd, proc, min_iteration):
+def stopped(proc):
+    """Stops `proc` (SIGSTOP) and returns once the kernel says it is stopped: none of its threads writes until it goes on."""
+    proc.send_signal(signal.SIGSTOP)
+    while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        time.sleep(0.01)
+
+
+def paused_past_a_checkpoint(cwd, proc, min_iteration):
+    """Waits (120 s at most) until the run has a checkpoint at `min_iteration` or later and TensorBoard's file on disk
+    holds an update after it; returns the checkpoint's path with the run paused (SIGSTOP), so that neither changes
+    before the test's signal. Each look is taken paused, and the run goes on (SIGCONT) where it is not there yet: a
+    kill then loses updates that were logged, which the resume must hide, however fast or slowly the run goes."""
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         paths = glob.glob(str(cwd / "runs" / "*" / "agent.pt"))
-        if paths and torch.load(paths[0], weights_only=True)["iteration"] >= min_iteration:
-            return paths[0]
+        if paths:
+            stopped(proc)
+            iteration = torch.load(paths[0], weights_only=True)["iteration"]
+            logged = [step for step, _ in read_scalars(os.path.dirname(paths[0]), "charts/SPS")]
+            if iteration >= min_iteration and logged and logged[-1] > 256 * iteration:
+                return paths[0]
+            proc.send_signal(signal.SIGCONT)
         time.sleep(0.2)
     exited = f"; the run exited {proc.returncode}: {proc.stderr.read()[-2000:]}" if proc.poll() is not None else ""
-    raise AssertionError("no checkpoint appeared" + exited)
+    raise AssertionError(f"no checkpoint at update {min_iteration} or later with an update logged after it" + exited)
 
 
 def check_logs_are_one_continuous_run(run_dir):
@@ -64,9 +80,9 @@ def test_interrupt_then_resume_continues_the_same_run(tmp_path, name, flags, kil
     """SIGTERM: the run finishes its step, saves the last finished update and exits 0 saying how to resume. SIGKILL
     (no chance to save): the periodic checkpoint is used, and what was logged after it is hidden on resume."""
     proc = start(flags, tmp_path, name)
-    path = wait_for_checkpoint(tmp_path, proc, 10)
-    time.sleep(1.5)  # a few updates past the checkpoint
+    path = paused_past_a_checkpoint(tmp_path, proc, 10)
     proc.send_signal(kill_signal)
+    proc.send_signal(signal.SIGCONT)  # (SIGKILL needs none; SIGTERM is handled once the run goes on)
     out, err = proc.communicate(timeout=60)
     if kill_signal == signal.SIGTERM:
         assert proc.returncode == 0, err
