@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -35,15 +36,31 @@ def start(flags, cwd, name="ppo_continuous_action"):
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_checkpoint(cwd, proc, min_iteration):
+def stopped(proc):
+    """Stops `proc` (SIGSTOP) and returns once the kernel says it is stopped: none of its threads writes until it goes on."""
+    proc.send_signal(signal.SIGSTOP)
+    while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        time.sleep(0.01)
+
+
+def paused_past_a_checkpoint(cwd, proc, min_iteration):
+    """Waits (120 s at most) until the run has a checkpoint at `min_iteration` or later and TensorBoard's file on disk
+    holds an update after it; returns the checkpoint's path with the run paused (SIGSTOP), so that neither changes
+    before the test's signal. Each look is taken paused, and the run goes on (SIGCONT) where it is not there yet: a
+    kill then loses updates that were logged, which the resume must hide, however fast or slowly the run goes."""
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         paths = glob.glob(str(cwd / "runs" / "*" / "agent.pt"))
-        if paths and torch.load(paths[0], weights_only=True)["iteration"] >= min_iteration:
-            return paths[0]
+        if paths:
+            stopped(proc)
+            iteration = torch.load(paths[0], weights_only=True)["iteration"]
+            logged = [step for step, _ in read_scalars(os.path.dirname(paths[0]), "charts/SPS")]
+            if iteration >= min_iteration and logged and logged[-1] > 256 * iteration:
+                return paths[0]
+            proc.send_signal(signal.SIGCONT)
         time.sleep(0.2)
     exited = f"; the run exited {proc.returncode}: {proc.stderr.read()[-2000:]}" if proc.poll() is not None else ""
-    raise AssertionError("no checkpoint appeared" + exited)
+    raise AssertionError(f"no checkpoint at update {min_iteration} or later with an update logged after it" + exited)
 
 
 def check_logs_are_one_continuous_run(run_dir):
@@ -63,9 +80,9 @@ def test_interrupt_then_resume_continues_the_same_run(tmp_path, name, flags, kil
     """SIGTERM: the run finishes its step, saves the last finished update and exits 0 saying how to resume. SIGKILL
     (no chance to save): the periodic checkpoint is used, and what was logged after it is hidden on resume."""
     proc = start(flags, tmp_path, name)
-    path = wait_for_checkpoint(tmp_path, proc, 10)
-    time.sleep(1.5)  # a few updates past the checkpoint
+    path = paused_past_a_checkpoint(tmp_path, proc, 10)
     proc.send_signal(kill_signal)
+    proc.send_signal(signal.SIGCONT)  # (SIGKILL needs none; SIGTERM is handled once the run goes on)
     out, err = proc.communicate(timeout=60)
     if kill_signal == signal.SIGTERM:
         assert proc.returncode == 0, err
@@ -299,15 +316,22 @@ def test_evaluation_stops_at_once_on_a_signal(tmp_path, monkeypatch, stop_signal
 
 
 SECOND_CTRL_C = """
-import os, signal, sys, time
-from ppo_utils.command_line import stop_on_signals
-stops = stop_on_signals()
-os.kill(os.getpid(), signal.SIGINT)
-os.kill(os.getpid(), signal.SIGINT)  # a copy torchrun forwards at once: the same request
-time.sleep(0.2)
+import os, signal, sys, time, types
+from ppo_utils import command_line
+# the handler's clock: the first SIGINT at 100 s, torchrun's copy of it 0.5 s later, the second Ctrl-C 2 s after the first
+readings = iter([100.0, 100.5, 102.0])
+command_line.time = types.SimpleNamespace(monotonic=lambda: next(readings))
+stops = command_line.stop_on_signals()
+
+def sigint(stops_then):
+    os.kill(os.getpid(), signal.SIGINT)
+    while len(stops) < stops_then:  # until its handler has run (in this thread, between two bytecodes)
+        pass
+
+sigint(1)
+sigint(2)  # the copy: the same request
 print(len(stops), flush=True)
-time.sleep(1.5)
-os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C again, a moment later
+os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C again
 time.sleep(30)
 print("still running")
 """
@@ -316,9 +340,10 @@ print("still running")
 @pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once():
     """While training, the first Ctrl-C asks for a checkpoint and a stop; a second one (not torchrun's forwarded copy
-    of the first) exits at once without saving."""
+    of the first, which comes within a second) exits at once without saving. The handler's clock is stood in for, so
+    that the gaps are the ones written here (0.5 s, then 2 s), however slowly the child runs."""
     result = subprocess.run([sys.executable, "-c", SECOND_CTRL_C], cwd=ROOT, capture_output=True, text=True, timeout=20)
-    assert result.returncode == 130 and result.stdout == "2\n"
+    assert result.returncode == 130 and result.stdout == "2\n", result.stderr
     assert "Ctrl-C again to exit without saving" in result.stderr and "second Ctrl-C: exiting" in result.stderr
 
 
@@ -366,31 +391,39 @@ def test_a_run_of_one_step_minibatches_per_env_evaluates(tmp_path, monkeypatch):
     assert len(returns) == 1 and -2000 < returns[0] < 0  # one whole Pendulum episode: 200 steps of cost in [-16.3, 0]
 
 
-class StopAfterUpdate1(list):
-    """stop_signals that read as non-empty (a signal came) from the first env step after update 1 (of 64 steps)."""
+class TickingSignals(list):
+    """stop_signals that move the progress line's clock (`now`, read as ppo_utils.logs's time.time) 1 s at each env
+    step (train() reads them once a step, in Run.should_stop), and read as non-empty (a signal came) from step
+    `stop_after` + 1 on, if given."""
 
-    steps = 0
+    def __init__(self, now, stop_after=None):
+        super().__init__()
+        self.now, self.stop_after, self.steps = now, stop_after, 0
 
     def __bool__(self):
         self.steps += 1
-        return self.steps > 64
+        self.now[0] += 1.0
+        return self.stop_after is not None and self.steps > self.stop_after
 
 
 @pytest.mark.slow
 def test_a_resumed_runs_progress_line_goes_on_from_the_time_its_checkpoint_trained(tmp_path, monkeypatch, capsys):
-    """The checkpoint keeps the seconds the run has trained (at most the wall time of its session); a resumed session's
-    progress line adds its own to them: a checkpoint set by hand to 2 hours ends at 2:00:xx, not 0:00:xx. A checkpoint
-    written before it kept them (no "elapsed") still resumes, from 0."""
+    """The checkpoint keeps the seconds the run has trained; a resumed session's progress line adds its own to them. The
+    run's clock is stood in for: 1 s per env step. By hand: a session stopped in the first step after update 1 (of 64
+    steps) keeps 64 s; set by hand to 2 hours, the resumed session's 64 steps end at 2:01:04 (7,264 s kept), not
+    0:01:04. A checkpoint written before it kept them (no "elapsed") still resumes, from 0: 0:01:04, 64 s kept."""
+    from ppo_utils import logs
+
+    now = [1000.0]
+    monkeypatch.setattr(logs, "time", SimpleNamespace(time=lambda: now[0]))
     monkeypatch.chdir(tmp_path)
     args = cont.Args(env_id="Pendulum-v1", num_steps=64, total_timesteps=128, num_minibatches=2, update_epochs=1,
                      checkpoint_interval=1, compile=False)  # fmt: skip
-    started = time.monotonic()
-    cont.train(args, StopAfterUpdate1())
-    session = time.monotonic() - started
+    cont.train(args, TickingSignals(now, stop_after=64))
     (path,) = glob.glob("runs/*/agent.pt")
     stopped = torch.load(path, weights_only=True)
-    assert stopped["iteration"] == 1 and 0 < stopped["elapsed"] <= session
-    for elapsed, clock in ((7200.0, "2:00:"), (None, "0:00:")):
+    assert stopped["iteration"] == 1 and stopped["elapsed"] == 64.0
+    for elapsed, clock in ((7200.0, "2:01:04"), (None, "0:01:04")):
         checkpoint = dict(stopped)
         if elapsed is None:
             del checkpoint["elapsed"]  # as written before the field was
@@ -398,9 +431,7 @@ def test_a_resumed_runs_progress_line_goes_on_from_the_time_its_checkpoint_train
             checkpoint["elapsed"] = elapsed
         torch.save(checkpoint, path)
         capsys.readouterr()
-        started = time.monotonic()
-        cont.train(cont.Args(resume=path))
-        session = time.monotonic() - started
+        cont.train(cont.Args(resume=path), TickingSignals(now))
         (last,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step 128/128")]
-        assert last.split("  ")[2].startswith(clock), last
-        assert (elapsed or 0.0) < torch.load(path, weights_only=True)["elapsed"] <= (elapsed or 0.0) + session
+        assert last.split("  ")[2] == clock, last
+        assert torch.load(path, weights_only=True)["elapsed"] == (elapsed or 0.0) + 64.0

@@ -3,7 +3,6 @@
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import ROOT
@@ -25,36 +24,50 @@ def test_sps_measures_env_only_and_training(tmp_path):
     assert env_sps > 0 and train_sps > 0
     assert ratio == pytest.approx(train_sps / env_sps, abs=0.01)
     steady_sps, iteration, env, update, rest = float(cells[7]), *map(float, re.findall(r"-?[\d.]+", cells[9]))
-    assert steady_sps == pytest.approx(2048 / (iteration / 1e3), rel=0.02)  # a batch of 2048 steps over the iteration
+    # a batch of 2048 steps over the iteration: both printed to the unit (ms, SPS), so each within 0.5 of the true value
+    assert 2048e3 / (iteration + 0.5) - 0.5 <= steady_sps <= 2048e3 / (iteration - 0.5) + 0.5
     assert iteration == pytest.approx(env + update + rest, abs=1.5) and min(env, update) > 0
 
 
-def test_sps_splits_an_iteration_into_env_steps_update_and_rest():
-    """timed_training on a stand-in script whose iteration is 5 env steps of 10 ms, 20 ms of other work and an update of
-    30 ms (the first, a compile's, 300 ms): the split is 50 + 30 + 20 ms, steady over the iterations after the first."""
+def test_sps_splits_an_iteration_into_env_steps_update_and_rest(monkeypatch):
+    """timed_training on a stand-in script timed by a fake clock (sps.py's time.perf_counter), which only the stand-in's
+    work moves: 4 iterations of 5 env steps (20 ms each in the first, 10 ms after), 20 ms of other work and an update
+    of 300 ms (the first, a compile's), then 30, 30 and 60 ms. By hand: env steps 5 x 20 + 3 x 5 x 10 = 250 ms over 4
+    iterations, 62.5 ms each; the update the median of 30, 30, 60 = 30 ms (the first left out; the mean would be
+    40); the iterations after the first, end of update to end of update, 50 + 20 + 30 = 100, 100 and 50 + 20 + 60 =
+    130 ms, their median 100 ms."""
     import types
 
     import sps
 
+    now = [1000.0]  # seconds; read through sps.time.perf_counter
+
+    def work(seconds):
+        now[0] += seconds
+
+    monkeypatch.setattr(sps, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+
     class Envs:
+        step_seconds = 0.02
+
         def step(self, action):
-            time.sleep(0.01)
+            work(self.step_seconds)
 
     def train(args):
         envs = stand_in.make_envs(args)
-        for i in range(4):
+        for update_seconds in (0.3, 0.03, 0.03, 0.06):
             for _ in range(5):
                 envs.step(None)
-            time.sleep(0.02)
-            stand_in.update_policy(first=i == 0)
+            envs.step_seconds = 0.01
+            work(0.02)
+            stand_in.update_policy(update_seconds)
         return {"sps": 123}
 
-    stand_in = types.SimpleNamespace(make_envs=lambda args: Envs(), train=train,
-                                     update_policy=lambda first: time.sleep(0.3 if first else 0.03))  # fmt: skip
+    stand_in = types.SimpleNamespace(make_envs=lambda args: Envs(), train=train, update_policy=lambda seconds: work(seconds))
     sps_, env_s, update_s, iteration_s = sps.timed_training(stand_in, types.SimpleNamespace(cuda=False))
     assert sps_ == 123
-    assert env_s == pytest.approx(0.05, abs=0.01) and update_s == pytest.approx(0.03, abs=0.008)
-    assert iteration_s == pytest.approx(0.1, abs=0.015)
+    assert env_s == pytest.approx(0.0625, abs=1e-9) and update_s == pytest.approx(0.03, abs=1e-9)
+    assert iteration_s == pytest.approx(0.1, abs=1e-9)
     assert stand_in.update_policy.__name__ == "<lambda>"  # the script's own functions are back in place
 
 

@@ -7,15 +7,14 @@ import pytest
 from conftest import ROOT
 
 
-# a stand-in for a training script: checks the flags it is given, notes that it ran, sleeps, logs one charts/SPS
+# a stand-in for a training script: checks the flags it is given, notes that it ran, logs one charts/SPS
 STAND_IN = """
-import sys, time
+import sys
 from torch.utils.tensorboard import SummaryWriter
 flags = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 assert flags == {{"--env-id": "Fake-v0", "--total-timesteps": "1000", "--seed": "3", **{extra}}}, flags
 with open({log!r}, "a") as f:
     f.write("{name}\\n")
-time.sleep({sleep})
 writer = SummaryWriter("runs/stand-in")
 writer.add_scalar("charts/SPS", {sps}, 1000)
 writer.close()
@@ -23,25 +22,32 @@ writer.close()
 
 
 @pytest.mark.slow
-def test_versus_alternates_the_two_scripts_and_reports_the_ratios(tmp_path):
-    """versus.py on two stand-ins: a fast 'ours' (0.2 s, SPS 300) and a slow 'peer' (1.5 s, SPS 100), run from their
-    own folder; it alternates them, gives each the same env, steps and seed (and ours its extra flags), and reports
-    the medians' ratios: SPS 3.00x exactly, wall time above 1."""
+def test_versus_alternates_the_two_scripts_and_reports_the_ratios(tmp_path, monkeypatch):
+    """versus.py on two stand-ins, 'ours' (SPS 300) and 'peer' (SPS 100), run from their own folder; it alternates
+    them, gives each the same env, steps and seed (and ours its extra flags), and reports the medians' ratios. Wall time
+    is read from a fake clock (versus.py's time.perf_counter) that says ours ran 2 s then 3 s and the peer 5 s then 8 s:
+    by hand the medians are 2.5 and 6.5 s, the peer's wall time / ours 2.60x; the logged SPS 300 / 100 = 3.00x."""
+    import types
+
     import versus
 
+    readings = iter([0.0, 2.0, 10.0, 15.0, 20.0, 23.0, 30.0, 38.0])  # start and end of each run, in the order they run
+    monkeypatch.setattr(versus, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
     log = tmp_path / "order.txt"
-    for name, sleep, sps, extra in (("ours", 0.2, 300, {"--fast": "yes"}), ("peer", 1.5, 100, {})):
+    for name, sps, extra in (("ours", 300, {"--fast": "yes"}), ("peer", 100, {})):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "train.py").write_text(STAND_IN.format(name=name, sleep=sleep, sps=sps, log=str(log), extra=extra))
+        (tmp_path / name / "train.py").write_text(STAND_IN.format(name=name, sps=sps, log=str(log), extra=extra))
     output = tmp_path / "results" / "versus.md"
     wall_ratio, sps_ratio = versus.main([str(tmp_path / "ours" / "train.py"), str(tmp_path / "peer" / "train.py"),
                                          "--env-id", "Fake-v0", "--total-timesteps", "1000", "--seed", "3",
                                          "--rounds", "2", "--output", str(output), "--", "--fast", "yes"])  # fmt: skip
     assert log.read_text().split() == ["ours", "peer", "ours", "peer"]
-    assert sps_ratio == pytest.approx(3.0) and 1.0 < wall_ratio < 10
-    text = output.read_text()
-    assert "| median |" in text and "**" + f"{wall_ratio:.2f}x" + "**" in text and "3.00x" in text
-    assert "CPUs" in text and text.count("\n| 1 |") == 1 and text.count("\n| 2 |") == 1
+    assert sps_ratio == pytest.approx(3.0) and wall_ratio == pytest.approx(2.6)
+    lines = output.read_text().splitlines()
+    rows = ["| 1 | 2.0 | 300 | 5.0 | 100 |", "| 2 | 3.0 | 300 | 8.0 | 100 |", "| median | 2.5 | 300 | 6.5 | 100 |"]
+    assert lines[-5:-2] == rows
+    assert lines[-1] == "Peer's wall time / ours (medians): **2.60x**; our logged SPS / the peer's (medians): 3.00x."
+    assert "CPUs" in lines[4]
 
 
 @pytest.mark.slow
