@@ -17,6 +17,7 @@ too chaotic on the machine for the comparison to mean anything, and says so."""
 import ast
 import dataclasses
 import glob
+import importlib
 import os
 import shutil
 import signal
@@ -400,11 +401,76 @@ def test_every_flag_of_the_single_script_keeps_its_meaning():
     assert set(ours) - set(theirs) == {"seeds", "setting"}
     assert issubclass(seeds_script.SeedsArgs, cont.Args)  # the parent's flags, a flag added there included
     own = field_lines(ROOT / "ppo_continuous_action_seeds.py", "SeedsArgs")  # the flags it words otherwise
-    own.pop("script")  # a class variable: checkpoints name ppo_continuous_action.py, the batched runs this script
+    for name in ("script", "per_agent", "shared"):  # class variables: what checkpoints name, the flags it batches
+        own.pop(name)
     assert set(own) == {"exp_name", "seed", "resume", "eval_checkpoint"}
     assert all("  # " in line for line in own.values()), "a flag without help (tyro takes the comment after a field)"
     for name in set(theirs) - {"seed", "resume", "eval_checkpoint", "exp_name"}:
         assert ours[name].type == theirs[name].type and ours[name].default == theirs[name].default, name
+
+
+@pytest.fixture
+def parent_with_a_new_flag(tmp_path, monkeypatch):
+    """The batched script beside a ppo_continuous_action.py to which a researcher added a flag, outside_test_flag (a
+    name no real change takes), that the batched script was not written for: both imported from a folder of their own,
+    as this process's modules of those names for the test."""
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    anchor = "    bootstrap_truncated: bool = False"
+    text = (ROOT / "ppo_continuous_action.py").read_text()
+    assert text.count(anchor) == 1
+    added = "    outside_test_flag: bool = False  # a flag added to the parent after the batched script (tests)\n"
+    (folder / "ppo_continuous_action.py").write_text(text.replace(anchor, added + anchor))
+    shutil.copy(ROOT / "ppo_continuous_action_seeds.py", folder)
+    for name in ("ppo_continuous_action", "ppo_continuous_action_seeds"):
+        monkeypatch.delitem(sys.modules, name, raising=False)  # put back after the test
+    monkeypatch.syspath_prepend(str(folder))
+    seeds = importlib.import_module("ppo_continuous_action_seeds")
+    assert "outside_test_flag" in {field.name for field in dataclasses.fields(seeds.SeedsArgs)}
+    (tmp_path / "work").mkdir()
+    return seeds
+
+
+NOT_BATCHED = ("a flag of ppo_continuous_action.py that ppo_continuous_action_seeds.py does not batch yet (neither its "
+               "PER_AGENT nor its SHARED names it)")  # fmt: skip
+TO_BATCH = ("to batch it, make ppo_continuous_action_seeds.py compute what the flag changes and add it to PER_AGENT or "
+            "SHARED there")  # fmt: skip
+
+
+def test_a_flag_added_to_the_parent_is_refused_in_one_line_that_names_a_way_that_works(
+    parent_with_a_new_flag, tmp_path, monkeypatch, capfd
+):
+    """A flag of the parent that the batched script does not batch (issue 95): in a --setting, outside one, and in the
+    checkpoints given to --resume, one line that says the batched script cannot run it yet, what would make it, and a
+    way that works, which does: the parent takes the flag, and the run it names goes on."""
+    from conftest import run_main_here, write_checkpoint
+
+    work = tmp_path / "work"
+    run = lambda name, *flags: run_main_here(name, *flags, cwd=work, monkeypatch=monkeypatch, capfd=capfd)  # noqa: E731
+    pendulum = ["--env-id", "Pendulum-v1", "--seeds", "1", "2"]
+    assert run("ppo_continuous_action_seeds", *pendulum, "--setting", "on=--outside-test-flag") == (1, (
+        f"error: --setting on: --outside-test-flag is {NOT_BATCHED}; train each seed of this setting with "
+        f"ppo_continuous_action.py and its flags (--seed N for each of --seeds); {TO_BATCH}\n"
+    ))  # fmt: skip
+    assert run("ppo_continuous_action_seeds", *pendulum, "--outside-test-flag") == (1, (
+        f"error: --outside-test-flag is {NOT_BATCHED}; leave it at its default (False), or train each seed with "
+        f"ppo_continuous_action.py and these flags (--seed N for each of --seeds); {TO_BATCH}\n"
+    ))  # fmt: skip
+    parent = sys.modules["ppo_continuous_action"]
+    args = parent.Args(env_id="Pendulum-v1", outside_test_flag=True, total_timesteps=4096)
+    path = write_checkpoint(work / "runs" / "Pendulum-v1__ppo_continuous_action__1__1" / "agent.pt", args, iteration=1)
+    path = os.path.relpath(path, work)
+    before = sorted(os.listdir(work / "runs"))
+    assert run("ppo_continuous_action_seeds", "--resume", path) == (1, (
+        f"error: --resume {path} was trained with --outside-test-flag True, {NOT_BATCHED}; continue each run by itself "
+        f"with ppo_continuous_action.py --resume, e.g. python ppo_continuous_action.py --resume {path}\n"
+    ))  # fmt: skip
+    assert sorted(os.listdir(work / "runs")) == before  # refused before a run folder was made
+    # the ways named work: the parent trains with the flag and continues the run (each gets past every check to the
+    # start of its run, where run_main_here stops it)
+    for flags in (["--env-id", "Pendulum-v1", "--seed", "1", "--outside-test-flag"], ["--resume", path]):
+        with pytest.raises(AssertionError, match="was let through: the run started"):
+            run("ppo_continuous_action", *flags)
 
 
 # 40 updates of 256 steps on Pendulum for two agents, a checkpoint every 5
