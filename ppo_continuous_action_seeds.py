@@ -4,12 +4,12 @@ an ordinary run of ppo_continuous_action.py with the common flags, its setting's
 TensorBoard events and agent.pt). This script computes what that one computes for each agent, batched: the parameters
 stacked on a leading agent axis (each layer one batched matmul), one vector env, one Adam step for all, and what reduces
 over a batch or is a setting's flag per agent. A setting sets flags of the loss, the update, Adam or the initial weights
-(ppo_utils.seeds.PER_AGENT: --surrogate, --clip-coef, --kl-beta, --kl-dtarg, --gae-lambda, --norm-adv, --clip-vloss,
---ent-coef, --vf-coef, --max-grad-norm, --learning-rate, --anneal-lr, --adam-eps, --ortho-init, --log-std-init,
---anneal-clip-coef, --target-kl); those that shape the batch, the network or the loop, or the shared envs are the same for
-all. It imports its parent's other definitions (Args, make_env, Agent, the loss's pieces), so that a change there
-reaches it; a parent flag it was not written for is refused when set, and a network or loss that parts from the parent's
-is refused at the start (ppo_utils.seeds). No torchrun (X2).
+(PER_AGENT, below: --surrogate, --clip-coef, --kl-beta, --kl-dtarg, --gae-lambda, --norm-adv, --clip-vloss, --ent-coef,
+--vf-coef, --max-grad-norm, --learning-rate, --anneal-lr, --adam-eps, --ortho-init, --log-std-init, --anneal-clip-coef,
+--target-kl); those that shape the batch, the network or the loop, or the shared envs are the same for all (SHARED). It
+imports its parent's other definitions (Args, make_env, Agent, the loss's pieces), so that a change there reaches it; a
+parent flag in neither list (one this script was not written for) is refused when set, and a network or loss that parts
+from the parent's is refused at the start (ppo_utils.seeds). No torchrun (X2).
 
     python ppo_continuous_action_seeds.py --env-id Hopper-v5 --seeds 1 2 3
     python ppo_continuous_action_seeds.py --seeds 1 2 --setting clip= --setting 'kl=--surrogate kl-adaptive --kl-dtarg 0.03'
@@ -41,6 +41,31 @@ from ppo_utils.run import finish_runs
 from ppo_utils.seeds import AgentsArgs, agent_infos, agent_runs, check_finite, check_observations, check_seeds
 from ppo_utils.seeds import check_batched_agents, finish_updates, main, resume_agents, start_agents
 
+# The flags of ppo_continuous_action.py this script batches. PER_AGENT: those a --setting may set, one value per agent,
+# each a number or a choice of the loss, the update, Adam (AgentsAdam: a call per learning rate and epsilon) or the
+# initial weights (the agents' tensors hold one value per agent); SHARED: those every agent of a process shares, for the
+# reason given with them. A flag of the parent in neither (one added to it since) trains here at its default and is
+# refused when set (ppo_utils.seeds): to batch it, make this script compute what it changes and name it here
+PER_AGENT = ("surrogate", "clip_coef", "kl_beta", "kl_dtarg", "gae_lambda", "norm_adv", "clip_vloss", "ent_coef", "vf_coef",
+             "max_grad_norm", "ortho_init", "log_std_init", "anneal_clip_coef", "target_kl", "learning_rate", "anneal_lr",
+             "adam_eps")  # fmt: skip
+SHARED = {
+    "changes the batch's shape": ("num_envs", "num_steps", "num_minibatches", "total_timesteps"),
+    "changes the update's loop": ("update_epochs",),
+    "changes the network (one stacked network for all agents)": ("activation", "shared_network", "state_dependent_std"),
+    "changes the vector env all agents share (its wrappers, M1-M4, M8)": (
+        "env_id", "mask_velocity", "vector_env", "norm_obs", "clip_obs", "norm_reward", "clip_reward", "norm_per_env",
+        "clip_action", "gamma",
+    ),
+    "changes the rollout's loop for all agents": ("gae", "bootstrap_truncated"),
+    "is the process's (its devices, logs and checkpoints)": (
+        "exp_name", "seed", "torch_deterministic", "cuda", "torch_threads", "compile", "tf32", "fused_adam", "track",
+        "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval", "resume",
+        "eval_checkpoint", "eval_episodes",
+    ),
+}  # fmt: skip
+
+
 @dataclass
 class Seeds:  # a base of SeedsArgs, so that --seeds comes first in --help
     seeds: tuple[int, ...] = (1,)  # one agent per seed and setting (ppo_continuous_action.py --seed k), in 0 .. 2**32 - 1
@@ -55,6 +80,8 @@ class SeedsArgs(Args, Seeds):
     eval_checkpoint: str | None = None  # play this agent.pt (of one agent) as ppo_continuous_action.py plays it; --seeds: one
 
     script: ClassVar[str] = os.path.basename(__file__)
+    per_agent: ClassVar[tuple] = PER_AGENT  # what ppo_utils.seeds reads of the two
+    shared: ClassVar[dict] = SHARED
 
     @property
     def num_agents(self) -> int:

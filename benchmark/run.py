@@ -208,7 +208,7 @@ class PlannedRun:
 
 
 SEEDS_SCRIPT = "ppo_continuous_action_seeds.py"  # --batch-seeds: one process trains the seeds and variants of a task
-# the flags of ppo_continuous_action.py a --setting of the seeds script may set (ppo_utils.seeds.PER_AGENT, which
+# the flags of ppo_continuous_action.py a --setting of the seeds script may set (its PER_AGENT, which
 # tests/test_runner.py checks these against: this runner imports nothing of the scripts): those that take a value, and
 # the switches (--X / --no-X). Variants of a task that differ in these alone train in one process, one --setting each
 PER_AGENT_VALUES = {"surrogate", "clip_coef", "kl_beta", "kl_dtarg", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm",

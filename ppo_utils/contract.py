@@ -18,6 +18,8 @@ Its class variables (ClassVar):
   means, or None}, the flags whose wrappers change what the agent observes, which --eval-checkpoint names with the env
   it plays ({}); `warm_up: dict`, {field: note}, the flags that make the first update slow when set, said in the run's
   first line ({}; "compile": "--compile builds its graph").
+- ppo_continuous_action_seeds.py's SeedsArgs alone: `per_agent: tuple` and `shared: dict` (its PER_AGENT and SHARED),
+  the flags of its parent that it batches, which ppo_utils/seeds.py reads (a flag in neither is refused when set).
 Its method `check(self, world_size: int, kind: str) -> None`: how its flags fit together for `world_size` processes
 (X2) on an env of `kind` (a key of ENV_KINDS); ArgError in one line for the first misfit (check_args calls it after
 each flag's range, the env id and the step budget, before the batch's split). Its int properties `batch_size`

@@ -114,6 +114,26 @@ class RunLog:
         if self.track and self.args.capture_video:
             self.videos_logged = log_videos(self.video_folder, self.videos_logged)
 
+    def flush(self):
+        """Puts every scalar written so far into the run's event files, on disk (TensorBoard's thread writes them when
+        it gets to it, which on a loaded machine can be after the checkpoint that follows them): run.save_runs calls it
+        before a checkpoint, so that a run killed after its checkpoint has the log of every update the checkpoint holds,
+        and its --resume goes on from there with none lost."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.flush()
+            folder = self.writer.get_logdir()
+            for name in sorted(os.listdir(folder)):
+                if name.startswith("events.out.tfevents."):  # this session's, and the earlier ones' (already on disk)
+                    events = os.open(os.path.join(folder, name), os.O_RDONLY)
+                    try:
+                        os.fsync(events)
+                    finally:
+                        os.close(events)
+        except OSError as e:
+            raise LogWriteError(e.errno, e.strerror) from None
+
     def close(self):
         if self.track and self.args.capture_video:
             log_videos(self.video_folder, self.videos_logged)

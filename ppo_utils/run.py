@@ -212,9 +212,12 @@ class Run:
 
 def save_runs(runs, script):
     """Writes the checkpoints of the last finished update of `runs` (one run, or ppo_continuous_action_seeds.py's agents)
-    as one set (save_checkpoints): a crash leaves all of the last set or all of this one, which one command of `script`
-    continues. Where the disk refuses, the runs are closed and CheckpointError names the last good set and that command."""
+    as one set (save_checkpoints), each run's log flushed to disk first (RunLog.flush): a crash leaves all of the last set
+    or all of this one, with the log of every update it holds, which one command of `script` continues. Where the disk
+    refuses, the runs are closed and CheckpointError names the last good set and that command."""
     paths = [run.checkpoints.path for run in runs]
+    for run in runs:  # the log of the updates the checkpoints hold goes first: a kill after them loses none of it
+        run.log.flush()
     contents = [run.checkpoints.content(run.agent, run.optimizer, run.last_update, run.log.wandb_id) for run in runs]
     try:
         save_checkpoints(paths, contents)

@@ -59,8 +59,8 @@ def single_script():
 
 def check_seeds(args, world_size, run_args):
     """The rules of the batched script's own flags, for `world_size` processes: distinct seeds in numpy's range, each
-    --setting well formed and per agent (agent_flags), one process, wandb for one run; ArgError for the first broken
-    one."""
+    --setting well formed and per agent (agent_flags), one process, wandb for one run, no flag of `run_args` it does not
+    batch set (unbatched_flags); ArgError for the first broken one."""
     in_range, fix = FLAG_RULES["seed"]
     for seed in args.seeds:
         if not in_range(seed):
@@ -75,49 +75,43 @@ def check_seeds(args, world_size, run_args):
     if args.track and agents > 1:
         raise ArgError("--track sends one run per process to wandb; train one agent, or `wandb sync` the runs' folders later")
     default = run_args()
-    for name in unbatched_flags(run_args):  # a flag added to ppo_continuous_action.py since this script batched its flags
+    for name in unbatched_flags(args, run_args):  # a flag added to ppo_continuous_action.py since this script batched its own
         if getattr(args, name) != getattr(default, name):
-            raise ArgError(
-                f"--{name.replace('_', '-')} is a flag of ppo_continuous_action.py that {args.script} does not batch; "
-                f"leave it at its default ({getattr(default, name)!r}), or train each seed with ppo_continuous_action.py"
-            )
+            flag = f"--{name.replace('_', '-')}"
+            if args.resume:  # the checkpoints' flags: the runs go on with them, by themselves
+                command = resume_command(run_args.script, args.resume[0], 1, 1)
+                raise ArgError(f"--resume {args.resume[0]} was trained with {flag} {getattr(args, name)!r}, a flag of "
+                               f"{run_args.script} that {not_batched(args)}; continue each run by itself with "
+                               f"{run_args.script} --resume, e.g. {command}")  # fmt: skip
+            raise ArgError(f"{flag} is a flag of {run_args.script} that {not_batched(args)}; leave it at its default "
+                           f"({getattr(default, name)!r}), or train each seed with {run_args.script} and these flags (--seed "
+                           f"N for each of --seeds); {to_batch(args)}")  # fmt: skip
 
 
-def unbatched_flags(run_args):
-    """The flags of `run_args` (ppo_continuous_action.py's Args) that the batched script was not written for: neither
-    PER_AGENT's nor SHARED's. At its default such a flag is taken to do what the script did before it (so its agents
-    train batched, and their checkpoints hold it); set, it is refused."""
-    batched = {*PER_AGENT, *(name for names in SHARED.values() for name in names)}
+def unbatched_flags(args, run_args):
+    """The flags of `run_args` (ppo_continuous_action.py's Args) that the batched script (whose flags `args` are) was not
+    written for: neither its per_agent nor its shared ones (its PER_AGENT and SHARED). At its default such a flag is taken
+    to do what the script did before it (so its agents train batched, and their checkpoints hold it); set, it is
+    refused."""
+    batched = {*args.per_agent, *(name for names in args.shared.values() for name in names)}
     return [field.name for field in fields(run_args) if field.name not in batched]
 
 
-# --setting: the flags of ppo_continuous_action.py an agent may set for itself, each a number or a choice of the loss,
-# the update, Adam (AgentsAdam: a call per learning rate and epsilon) or the initial weights (the agents' tensors hold
-# one value per agent); the others are the same for every agent of a process, for the reason given with them
-PER_AGENT = ("surrogate", "clip_coef", "kl_beta", "kl_dtarg", "gae_lambda", "norm_adv", "clip_vloss", "ent_coef", "vf_coef",
-             "max_grad_norm", "ortho_init", "log_std_init", "anneal_clip_coef", "target_kl", "learning_rate", "anneal_lr",
-             "adam_eps")  # fmt: skip
-SHARED = {
-    "changes the batch's shape": ("num_envs", "num_steps", "num_minibatches", "total_timesteps"),
-    "changes the update's loop": ("update_epochs",),
-    "changes the network (one stacked network for all agents)": ("activation", "shared_network", "state_dependent_std"),
-    "changes the vector env all agents share (its wrappers, M1-M4, M8)": (
-        "env_id", "mask_velocity", "vector_env", "norm_obs", "clip_obs", "norm_reward", "clip_reward", "norm_per_env",
-        "clip_action", "gamma",
-    ),
-    "changes the rollout's loop for all agents": ("gae", "bootstrap_truncated"),
-    "is the process's (its devices, logs and checkpoints)": (
-        "exp_name", "seed", "torch_deterministic", "cuda", "torch_threads", "compile", "tf32", "fused_adam", "track",
-        "wandb_project_name", "wandb_entity", "capture_video", "save_model", "checkpoint_interval", "resume",
-        "eval_checkpoint", "eval_episodes",
-    ),
-}  # fmt: skip
+def not_batched(args):
+    """What a refusal of an unbatched flag says of the batched script (whose flags `args` are)."""
+    return f"{args.script} does not batch yet (neither its PER_AGENT nor its SHARED names it)"
+
+
+def to_batch(args):
+    """What a refusal of an unbatched flag says would let the batched script (whose flags `args` are) train it."""
+    return f"to batch it, make {args.script} compute what the flag changes and add it to PER_AGENT or SHARED there"
 
 
 def settings(args, run_args):
     """--setting NAME=FLAGS ...: [(name, {field: value})], in order; no --setting: one setting, [(None, {})]. ArgError,
     before anything is written, for a malformed setting (an unclosed quote in its flags too), a name given twice, a flag
-    ppo_continuous_action.py lacks, a bad value, and a flag no agent may set for itself (SHARED's, the process's)."""
+    ppo_continuous_action.py lacks, a bad value, a flag no agent may set for itself (args.shared's, the process's) and
+    one the script does not batch (unbatched_flags)."""
     found, kinds = [], {field.name: field.type for field in fields(run_args)}
     for spec in args.setting:
         name, sep, words = spec.partition("=")
@@ -131,12 +125,13 @@ def settings(args, run_args):
         except ValueError as e:  # "No closing quotation", "No escaped character"
             raise ArgError(f"--setting {spec}: its flags do not split as a shell's words ({e}); close the quote or drop "
                            "it, e.g. --setting 'kl=--surrogate kl-adaptive'") from None  # fmt: skip
-        found.append((name, setting_values(name, words, kinds)))
+        found.append((name, setting_values(name, words, kinds, args)))
     return found or [(None, {})]
 
 
-def setting_values(name, words, kinds):
-    """{field: value} of one setting's flags (`words`), typed as `kinds` ({field: its type in run_args}) says."""
+def setting_values(name, words, kinds, args):
+    """{field: value} of one setting's flags (`words`), typed as `kinds` ({field: its type in run_args}) says; the flags
+    a setting may set are the batched script's per_agent ones (of `args`, its flags)."""
     values = {}
     while words:
         word, value = words.pop(0).partition("=")[::2]
@@ -145,8 +140,12 @@ def setting_values(name, words, kinds):
         field = field[3:] if negated else field
         if not word.startswith("--") or field not in kinds:
             raise ArgError(f"--setting {name}: {word} is not a flag of ppo_continuous_action.py; see its --help")
-        if field not in PER_AGENT:
-            why = next((why for why, names in SHARED.items() if field in names), "is a flag this script does not batch")
+        if field not in args.per_agent:
+            why = next((why for why, names in args.shared.items() if field in names), None)
+            if why is None:  # a flag of the parent this script was not written for: in a setting or out of one
+                raise ArgError(f"--setting {name}: {word} is a flag of ppo_continuous_action.py that {not_batched(args)}; "
+                               "train each seed of this setting with ppo_continuous_action.py and its flags (--seed N for "
+                               f"each of --seeds); {to_batch(args)}")  # fmt: skip
             fix = "--seeds sets each agent's" if field == "seed" else "pass it outside --setting"
             raise ArgError(f"--setting {name}: {word} {why}; {fix}")
         if kinds[field] is bool:
@@ -196,7 +195,7 @@ def common_flags(args, run_args):
 def resume_agents(args, run_args):
     """--resume A B ...: (args with the common flags of the checkpoints and their seeds, [(each agent's flags, its
     checkpoint)]); without --resume, (args, None). Each run continues with its own flags, as ppo_continuous_action.py
-    --resume does; the runs must share the flags no agent sets for itself (PER_AGENT's apart: their settings may differ)
+    --resume does; the runs must share the flags no agent sets for itself (args.per_agent's apart: their settings may differ)
     and have ended the same update, so that they go on in step."""
     check_not_empty(args)  # `--resume a.pt ''`, or a --resume given no paths: an error, never a new run
     if not args.resume:
@@ -209,7 +208,7 @@ def resume_agents(args, run_args):
     refuse_other_flags(args)  # each run continues with its checkpoint's flags, as its own --resume does
     loaded = [resume_flags(run_args(resume=path)) for path in args.resume]
     (first, checkpoint), agents = loaded[0], [(flags.exp_name, flags.seed) for flags, _ in loaded]
-    shared = [field.name for field in fields(run_args) if field.name not in (*PER_AGENT, "seed", "exp_name", "resume")]
+    shared = [field.name for field in fields(run_args) if field.name not in (*args.per_agent, "seed", "exp_name", "resume")]
     for path, (flags, other) in zip(args.resume[1:], loaded[1:]):
         differ = [name for name in shared if getattr(flags, name) != getattr(first, name)]
         if differ:

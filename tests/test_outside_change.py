@@ -59,8 +59,10 @@ def test_the_batched_script_trains_at_the_flags_default_and_refuses_it_set(chang
     code, out = run(changed, "ppo_continuous_action_seeds.py", *PENDULUM, "--seeds", "1", "2", "--total-timesteps", "128",
                     "--norm-value")  # fmt: skip
     assert code == 1 and out.strip().splitlines() == [
-        "error: --norm-value is a flag of ppo_continuous_action.py that ppo_continuous_action_seeds.py does not batch; "
-        "leave it at its default (False), or train each seed with ppo_continuous_action.py"
+        "error: --norm-value is a flag of ppo_continuous_action.py that ppo_continuous_action_seeds.py does not batch yet "
+        "(neither its PER_AGENT nor its SHARED names it); leave it at its default (False), or train each seed with "
+        "ppo_continuous_action.py and these flags (--seed N for each of --seeds); to batch it, make "
+        "ppo_continuous_action_seeds.py compute what the flag changes and add it to PER_AGENT or SHARED there"
     ], out
     assert not (changed / "runs").exists() or not any((changed / "runs").glob("*seeds*")), "refused, yet wrote a run"
     code, out = run(changed, "ppo_continuous_action_seeds.py", *PENDULUM, "--seeds", "1", "2", "--total-timesteps", "128")

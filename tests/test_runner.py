@@ -407,11 +407,11 @@ def test_batch_seeds_puts_the_variants_a_setting_tells_apart_in_one_process():
 
 
 def test_the_runner_knows_the_flags_a_setting_may_set():
-    from ppo_utils.seeds import PER_AGENT
+    per_agent = load_script("ppo_continuous_action_seeds").PER_AGENT  # the batched script's
 
-    assert run.PER_AGENT_VALUES | run.PER_AGENT_SWITCHES == set(PER_AGENT)
+    assert run.PER_AGENT_VALUES | run.PER_AGENT_SWITCHES == set(per_agent)
     assert run.PER_AGENT_SWITCHES == {name for name, value in vars(load_script("ppo_continuous_action").Args()).items()
-                                      if isinstance(value, bool) and name in PER_AGENT}  # fmt: skip
+                                      if isinstance(value, bool) and name in per_agent}  # fmt: skip
 
 
 @pytest.mark.long
