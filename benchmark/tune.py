@@ -321,6 +321,14 @@ def join_study(options, space, storage, sampler, pruner, out: Path, check=lambda
     except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
         lock.close()
     study = optuna.load_study(study_name=options.study, storage=storage, sampler=sampler, pruner=pruner)
+    for _ in range(50):  # a tuner names itself or the space right after it creates the study; else it is none of ours
+        if CREATOR_KEY in study.user_attrs or SPACE_KEY in study.user_attrs:
+            break
+        check()
+        time.sleep(0.1)
+    else:
+        refuse(f"--study {options.study} exists in this storage with another origin (no tune.py study: it names no space); "
+               "pass another --study")  # fmt: skip
     wait_for_creator(study, out, check)
     theirs = study.user_attrs.get(SPACE_KEY)
     if theirs is not None and any(theirs[key] != spec[key] for key in spec if key in theirs):  # a study of an older

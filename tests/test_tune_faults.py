@@ -359,3 +359,16 @@ def test_ctrl_c_on_the_held_out_seeds_says_how_to_continue_in_one_line(tmp_path)
     assert tuner.returncode != 0 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert err.strip().splitlines()[-1].startswith("interrupted on the held-out seeds; run the same command again"), err
     assert "python benchmark/tune.py --script ppo.py" in err.strip().splitlines()[-1]
+
+
+def test_a_study_of_that_name_that_no_tuner_made_is_refused_and_left_as_it_was(tmp_path, monkeypatch):
+    """A study made through Optuna alone (no space, no creator) is not taken for one whose creator died: one line."""
+    path = tmp_path / "study.journal"
+    optuna.create_study(storage=tune.open_storage(str(path), tmp_path), study_name="plain", direction="maximize")
+    before = path.read_bytes()
+    monkeypatch.setattr(tune.time, "sleep", lambda seconds: None)  # its creator's moment to name itself, not waited out
+    with pytest.raises(SystemExit) as refused:
+        tune.main([*PROBE, "--trials", "2", "--out", str(tmp_path / "runs"), "--storage", str(path), "--study", "plain"])
+    said = str(refused.value)
+    assert said.startswith("error: --study plain exists in this storage with another origin") and "\n" not in said, said
+    assert path.read_bytes() == before and not (tmp_path / "runs").exists()
