@@ -658,25 +658,22 @@ class Worker:
         import optuna
 
         empty = [seed for seed in self.options.seeds if one.scores.get(seed, 0.0) is None]
-        try:
-            if self.study._storage.get_trial(one.trial._trial_id).state.is_finished():
-                raise optuna.exceptions.UpdateFinishedTrialError
-            if one.pruned:
-                self.study.tell(one.trial, state=optuna.trial.TrialState.PRUNED)
-                said = f"pruned at step {self.rung_steps[one.reported - 1]}"
-            elif empty:  # nothing to score: a mean of no return is no score
-                said = (f"no episode of seed {empty[0]} ended within --total-timesteps {self.options.total_timesteps}; "
-                        "failed (raise --total-timesteps, or search a task whose episodes end sooner)")  # fmt: skip
-                self.study._storage.set_trial_user_attr(one.trial._trial_id, "failed", said)
-                self.study.tell(one.trial, state=optuna.trial.TrialState.FAIL)
-            else:
-                value = float(np.mean([one.scores[seed] for seed in self.options.seeds]))
-                for seed, score in one.scores.items():
-                    self.study._storage.set_trial_user_attr(one.trial._trial_id, f"score_seed{seed}", score)
-                self.study.tell(one.trial, value)
-                said = f"{value:.2f}"
-        except optuna.exceptions.UpdateFinishedTrialError:  # another worker found this one dead and queued it again
+        if self.study._storage.get_trial(one.trial._trial_id).state.is_finished():  # failed and queued again elsewhere
             said = "ended elsewhere (another worker took this worker for dead and queued it again); this result dropped"
+        elif one.pruned:
+            self.study.tell(one.trial, state=optuna.trial.TrialState.PRUNED)
+            said = f"pruned at step {self.rung_steps[one.reported - 1]}"
+        elif empty:  # nothing to score: a mean of no return is no score
+            said = (f"no episode of seed {empty[0]} ended within --total-timesteps {self.options.total_timesteps}; "
+                    "failed (raise --total-timesteps, or search a task whose episodes end sooner)")  # fmt: skip
+            self.study._storage.set_trial_user_attr(one.trial._trial_id, "failed", said)
+            self.study.tell(one.trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            value = float(np.mean([one.scores[seed] for seed in self.options.seeds]))
+            for seed, score in one.scores.items():
+                self.study._storage.set_trial_user_attr(one.trial._trial_id, f"score_seed{seed}", score)
+            self.study.tell(one.trial, value)
+            said = f"{value:.2f}"
         one.trial = None
         self.finished += 1
         print(f"trial {one.slot} ({shlex.join(one.words)}): {said}; {self.progress()}", flush=True)
@@ -1180,7 +1177,9 @@ def reported_study(results: Path):
     if not path.is_file():
         refuse(f"--report {results}: no study.journal there; pass a results folder this program wrote")
     try:
-        check_journal(path)  # mends a torn last line, as a tuner does
+        mended = check_journal(path)  # mends a torn last line, as a tuner does
+        if mended:
+            print(f"mended {mended}", flush=True)
         storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
         names = optuna.get_all_study_names(storage)
     except (JournalError, ValueError) as e:

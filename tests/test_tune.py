@@ -71,15 +71,37 @@ REFUSED = {
     "the study's own flag": (["--space", "total-timesteps=1000..2000"], "--total-timesteps is the study's"),
     "a searched flag in --flags": (["--space", "gamma=0.9,0.99", "--flags=--gamma 0.9"], "--gamma is searched"),
     "held-out seeds the search trains": (["--space", "gamma=0.9,0.99", "--test-seeds", "2", "3"], "--test-seeds 2"),
+    # issue 95: what the study sets or needs, in --flags; counts out of range; non-finite bounds
+    "--seed in --flags": (["--flags=--num-steps 32 --seed 7"], "--flags --num-steps 32 --seed 7: --seed is the study's"),
+    "--seed= in --flags": (["--flags=--seed=7"], "--seed is the study's"),
+    "--env-id in --flags": (["--flags=--env-id Acrobot-v1"], "--env-id is the study's (pass tune.py's --env-id)"),
+    "--total-timesteps in --flags": (["--flags=--total-timesteps 9"], "--total-timesteps is the study's"),
+    "--exp-name in --flags": (["--flags=--exp-name x"], "--exp-name is the study's"),
+    "--resume in --flags": (["--flags=--resume a.pt"], "--resume is the study's"),
+    "--no-save-model in --flags": (["--flags=--no-save-model"], "--save-model is the study's"),
+    "--checkpoint-interval in --flags": (["--flags=--checkpoint-interval 0"], "--checkpoint-interval is the study's"),
+    "--last 0": (["--last", "0"], "--last 0: pass a positive count"),
+    "--last -3": (["--last", "-3"], "--last -3: pass a positive count"),
+    "--prune-after -1": (["--prune-after", "-1"], "--prune-after -1: pass a count >= 0"),
+    "--seeds -1": (["--seeds", "-1"], "--seeds and --test-seeds -1:"),
+    "--test-seeds 2**32": (["--test-seeds", str(2**32)], f"--seeds and --test-seeds {2**32}:"),
+    "--grace 0": (["--grace", "0"], "--grace 0.0: pass the seconds (> 0)"),
+    "--grace -5": (["--grace", "-5"], "--grace -5.0: pass the seconds (> 0)"),
+    "--grace nan": (["--grace", "nan"], "--grace nan: pass the seconds (> 0)"),
+    "--test-timesteps 0": (["--test-timesteps", "0"], "--test-timesteps 0: pass a positive count"),
+    "an infinite bound": (["--space", "ent-coef=0..inf"], "--space ent-coef=0..inf: --ent-coef inf: pass finite numbers"),
+    "a nan choice": (["--space", "gamma=0.9,nan"], "--gamma nan: pass finite numbers"),
 }
 
 
 @pytest.mark.parametrize("case", REFUSED)
 def test_bad_input_is_one_line_and_nothing_written(case, tmp_path):
     words, message = REFUSED[case]
+    words = words if "--space" in words else ["--space", "clip-coef=0.1,0.2", *words]
     out = tmp_path / "runs"
     with pytest.raises(SystemExit) as refused:
-        tune.main(["--env-id", "Pendulum-v1", "--total-timesteps", "2048", "--out", str(out), *words])
+        tune.main(["--env-id", "Pendulum-v1", "--total-timesteps", "2048", "--out", str(out), "--results",
+                   str(tmp_path / "results"), *words])  # fmt: skip
     said = str(refused.value)
     assert said.startswith("error: ") and "\n" not in said and message in said, said
     assert not out.exists() and not (tmp_path / "results").exists()

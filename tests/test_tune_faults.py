@@ -201,41 +201,6 @@ def waited(seconds):
 
 
 # -------------------------------------------------------------------------------------------------- bad options
-REFUSED = {
-    "--seed in --flags": (["--flags=--num-steps 32 --seed 7"], "--flags --num-steps 32 --seed 7: --seed is the study's"),
-    "--seed= in --flags": (["--flags=--seed=7"], "--seed is the study's"),
-    "--env-id in --flags": (["--flags=--env-id Acrobot-v1"], "--env-id is the study's (pass tune.py's --env-id)"),
-    "--total-timesteps in --flags": (["--flags=--total-timesteps 9"], "--total-timesteps is the study's"),
-    "--exp-name in --flags": (["--flags=--exp-name x"], "--exp-name is the study's"),
-    "--resume in --flags": (["--flags=--resume a.pt"], "--resume is the study's"),
-    "--no-save-model in --flags": (["--flags=--no-save-model"], "--save-model is the study's"),
-    "--checkpoint-interval in --flags": (["--flags=--checkpoint-interval 0"], "--checkpoint-interval is the study's"),
-    "--last 0": (["--last", "0"], "--last 0: pass a positive count"),
-    "--last -3": (["--last", "-3"], "--last -3: pass a positive count"),
-    "--prune-after -1": (["--prune-after", "-1"], "--prune-after -1: pass a count >= 0"),
-    "--seeds -1": (["--seeds", "-1"], "--seeds and --test-seeds -1:"),
-    "--test-seeds 2**32": (["--test-seeds", str(2**32)], f"--seeds and --test-seeds {2**32}:"),
-    "--grace 0": (["--grace", "0"], "--grace 0.0: pass the seconds (> 0)"),
-    "--grace -5": (["--grace", "-5"], "--grace -5.0: pass the seconds (> 0)"),
-    "--grace nan": (["--grace", "nan"], "--grace nan: pass the seconds (> 0)"),
-    "--test-timesteps 0": (["--test-timesteps", "0"], "--test-timesteps 0: pass a positive count"),
-    "an infinite bound": (["--space", "ent-coef=0..inf"], "--space ent-coef=0..inf: --ent-coef inf: pass finite numbers"),
-    "a nan choice": (["--space", "gamma=0.9,nan"], "--gamma nan: pass finite numbers"),
-}
-
-
-@pytest.mark.parametrize("case", REFUSED)
-def test_bad_options_are_one_line_and_nothing_written(case, tmp_path):
-    words, message = REFUSED[case]
-    out = tmp_path / "runs"
-    with pytest.raises(SystemExit) as refused:
-        tune.main(["--env-id", "Pendulum-v1", "--total-timesteps", "2048", "--space", "clip-coef=0.1,0.2", "--out", str(out),
-                   "--results", str(tmp_path / "results"), *words])  # fmt: skip
-    said = str(refused.value)
-    assert said.startswith("error: ") and "\n" not in said and message in said, said
-    assert not out.exists() and not (tmp_path / "results").exists()
-
-
 @pytest.mark.parametrize("flag", ["--out", "--results", "--storage", "--slurm"])
 def test_a_folder_that_cannot_be_made_is_one_line_before_anything_is_written(tmp_path, flag):
     """A file where a folder must be (for --slurm: a folder that does not exist); the default storage (in --out) is
@@ -316,7 +281,7 @@ def test_a_worker_elsewhere_never_takes_a_live_workers_queued_trial_for_dead(tmp
     """Worker A takes two trials that cannot share a process (another --num-envs: two batches, one process at a time),
     so that the second waits in its queue while the first trains. Past --grace, a worker on another machine joins: it
     must find both alive (A beats every trial it holds) and take none."""
-    grace = 4
+    grace = 8  # a worker elsewhere judges A's trials after more than this; A beats them every grace / 4 s
     words = ["--script", "ppo_continuous_action.py", "--env-id", "Pendulum-v1", "--total-timesteps", "200000", "--space",
              "num-envs=1,2", "--space", "clip-coef=0.1,0.2", "--seeds", "1", "--trials", "2", "--agents", "2", "--workers",
              "1", "--grace", str(grace), "--no-test", "--out", str(tmp_path), "--sampler", "random", "--sampler-seed", "1",
@@ -329,7 +294,9 @@ def test_a_worker_elsewhere_never_takes_a_live_workers_queued_trial_for_dead(tmp
             time.sleep(0.2)
         held = running(storage)
         assert len({t.params["num_envs"] for t in held}) == 2, [t.params for t in held]  # two batches, one queued
-        time.sleep(grace + 2)  # past --grace since A took them
+        taken = max(t.user_attrs["heartbeat"] for t in held)
+        while time.time() < deadline + 60 and time.time() - taken < grace + 1:  # until past --grace since A took them
+            time.sleep(0.2)
         b = subprocess.run([sys.executable, "-c", ELSEWHERE.format(words=words, tune=str(ROOT / "benchmark" / "tune.py"))],
                            capture_output=True, text=True, timeout=120)  # fmt: skip
         assert b.returncode == 0 and "found no waiting trial" in b.stdout, b.stdout + b.stderr
