@@ -24,11 +24,12 @@ from torch.distributions.categorical import Categorical
 
 from ppo_utils.checkpoints import Update, restore, resume_flags
 from ppo_utils.command_line import main
-from ppo_utils.compiled import compiled_backward
+from ppo_utils.compiled import PAYS_AFTER, compiled_step
 from ppo_utils.distributed import all_ranks_mean, average_gradients, broadcast_parameters
 from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
 from ppo_utils.envpool_backend import EnvpoolVectorEnv
 from ppo_utils.flag_checks import ArgError, check_args, check_envpool
+from ppo_utils.lean import forward
 from ppo_utils.run import Run
 
 gym.register_envs(ale_py)  # the ALE ids exist only once ale_py is registered
@@ -227,26 +228,30 @@ class Agent(nn.Module):
         x = x.reshape((x.shape[0], -1) + x.shape[-2:]).float()
         return x / 255.0 if self.scale_obs else x  # A8
 
+    # forward(layer, x) is layer(x) without nn.Module's per-call checks (ppo_utils/lean.py): the same numbers, faster
     def get_value(self, x):
-        return self.critic(self.critic_body(self.preprocess(x)))
+        return forward(self.critic, forward(self.critic_body, self.preprocess(x)))
 
     def get_action_and_value(self, x, action=None):
         x = self.preprocess(x)
-        hidden = self.actor_body(x)
-        probs = Categorical(logits=self.actor(hidden), validate_args=False)  # a NaN goes on to the guard in train()
+        hidden = forward(self.actor_body, x)
+        probs = Categorical(logits=forward(self.actor, hidden), validate_args=False)  # a NaN goes on to the guard in train()
         if action is None:
             action = probs.sample()
-        value = self.critic(hidden if self.shared_network else self.critic_body(x))
+        value = forward(self.critic, hidden if self.shared_network else forward(self.critic_body, x))
         return action, probs.log_prob(action), probs.entropy(), value
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
     """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
     observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
-    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values."""
+    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values. The scan
+    runs in numpy on the host (a torch op per step costs 5x as much; the float32 arithmetic is the same)."""
+    device = values.device
+    rewards, values, dones, next_value, next_done = (x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done))
     num_steps = rewards.shape[0]
     if gae:
-        advantages = torch.zeros_like(rewards)
+        advantages = np.zeros_like(rewards)
         lastgaelam = 0
         for t in reversed(range(num_steps)):
             nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
@@ -255,13 +260,13 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
             advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
         returns = advantages + values
     else:
-        returns = torch.zeros_like(rewards)
+        returns = np.zeros_like(rewards)
         next_return = next_value
         for t in reversed(range(num_steps)):
             nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
             returns[t] = next_return = rewards[t] + gamma * nextnonterminal * next_return
         advantages = returns - values
-    return advantages, returns
+    return torch.as_tensor(advantages, device=device), torch.as_tensor(returns, device=device)
 
 
 def normalize_advantages(advantages):
@@ -322,33 +327,39 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
 
 
 def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
-    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
-    --compile (the default) swaps in ppo_utils.compiled.compiled_backward(ppo_loss): the same, as one compiled graph."""
+    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics."""
     loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
     loss.backward()
     return mb_stats
 
 
-def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
-    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
-    or its twin compiled by --compile (the feed-forward scripts). Returns ppo_loss's statistics by name, each the mean
-    over all minibatches of all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
+def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
+    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a run long
+    enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled graph (under torchrun,
+    X2, the gradients alone)."""
+    optimizer.zero_grad()
+    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients
+    average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
+    if args.max_grad_norm > 0:
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
+    optimizer.step()
+    return mb_stats
+
+
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). step: minibatch_step
+    or its twin compiled by --compile. Returns ppo_loss's statistics by name, each the mean over all minibatches of all
+    epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
     b_inds = np.arange(args.batch_size)
     all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):
         np.random.shuffle(b_inds)
+        order = torch.as_tensor(b_inds, device=batch["obs"].device)
+        shuffled = {key: value[order] for key, value in batch.items()}  # gathered once; each minibatch a view of it
         for start in range(0, args.batch_size, args.minibatch_size):
-            mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=batch["obs"].device)
-            mb = {key: value[mb_inds] for key, value in batch.items()}
-            optimizer.zero_grad()
-            # the loss and its gradients: ppo_backward's loss.backward(), or with --compile (the feed-forward scripts'
-            # default) ppo_utils/compiled.py's one graph of ppo_loss and its torch.func.grad: the same gradients, faster
-            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # ppo_loss's statistics
+            mb = {key: value[start : start + args.minibatch_size] for key, value in shuffled.items()}
+            mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
-            average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
-            if args.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
-            optimizer.step()
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
@@ -407,7 +418,9 @@ def train(args: Args, stop_signals=()):
     agent = Agent(envs, args).to(device)
     fused = args.fused_adam or None  # None: PyTorch's default Adam
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
-    backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
+    update_step = minibatch_step  # --compile: the same step as one graph, where the run is long enough to pay for its build
+    if args.compile and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER:
+        update_step = compiled_step(ppo_loss, minibatch_step, agent, optimizer, args.max_grad_norm, world_size, device)
     last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
     if checkpoint:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
         last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
@@ -420,14 +433,14 @@ def train(args: Args, stop_signals=()):
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs))
-    dones = torch.zeros((args.num_steps, args.num_envs))
+    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
     next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
     run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
     next_obs = torch.as_tensor(next_obs, device=device)
-    next_done = torch.zeros(args.num_envs)
+    next_done = np.zeros(args.num_envs, dtype=np.float32)
 
     for iteration in range(last_update.iteration + 1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -449,9 +462,9 @@ def train(args: Args, stop_signals=()):
             run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
             if args.bootstrap_truncated:
                 reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma)  # B1
-            rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
+            rewards[step] = reward
             next_obs = torch.as_tensor(next_obs, device=device)
-            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
+            next_done = terminations | truncations
             run.log.record_episodes(infos, global_step)
             if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
                 break
@@ -461,7 +474,8 @@ def train(args: Args, stop_signals=()):
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
             advantages, returns = compute_gae(  # the rollout's rewards and episode ends go to the device once
-                rewards.to(device), values, dones.to(device), next_value, next_done.to(device),
+                torch.as_tensor(rewards, device=device), values, torch.as_tensor(dones, device=device), next_value,
+                torch.as_tensor(next_done, dtype=torch.float32, device=device),
                 args.gamma, args.gae_lambda, args.gae,
             )  # fmt: skip
 
@@ -473,7 +487,7 @@ def train(args: Args, stop_signals=()):
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
         }
-        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, backward)
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step)
         run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(
@@ -494,7 +508,8 @@ def train(args: Args, stop_signals=()):
         run.finish_update(iteration, global_step, kl_beta)  # a checkpoint every --checkpoint-interval updates
 
     run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
-    rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
+    rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values}
+    rollout |= {"rewards": torch.as_tensor(rewards), "dones": torch.as_tensor(dones)}
     returns, sps = run.log.episodic_returns, run.log.sps
     return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
 

@@ -26,7 +26,6 @@ import torch
 import torch.nn as nn
 import tyro
 from gymnasium.vector import AutoresetMode
-from gymnasium.wrappers.utils import RunningMeanStd
 from torch.distributions.normal import Normal
 
 import ppo_continuous_action as parent
@@ -37,6 +36,7 @@ from ppo_utils.compiled import compiled_backward
 from ppo_utils.envpool_backend import EnvpoolMujoco
 from ppo_utils.distributed import distributed_setup
 from ppo_utils.flag_checks import check_args
+from ppo_utils.lean import RunningMeanStd
 from ppo_utils.run import finish_runs
 from ppo_utils.seeds import AgentsArgs, agent_infos, agent_runs, check_finite, check_observations, check_seeds
 from ppo_utils.seeds import check_batched_agents, finish_updates, main, resume_agents, start_agents
@@ -374,7 +374,7 @@ def train(args: SeedsArgs, stop_signals=()):
     check_observations(runs, envs, next_obs, global_step, args.script)  # a NaN observation stops its agent here
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(shape[1:] + next_obs.shape[1:])
     next_done = torch.zeros(shape[1:])
-    gae_lambda = torch.tensor([f.gae_lambda for f in flags], device=device)[:, None]  # G2, per agent
+    gae_lambda = np.array([f.gae_lambda for f in flags], dtype=np.float32)[:, None]  # G2, per agent (compute_gae: numpy)
 
     for iteration in range(last_updates[0].iteration + 1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations

@@ -314,10 +314,13 @@ class Agent(nn.Module):
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
     """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
     observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
-    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values."""
+    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values. The scan
+    runs in numpy on the host (a torch op per step costs 5x as much; the float32 arithmetic is the same)."""
+    device = values.device
+    rewards, values, dones, next_value, next_done = (x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done))
     num_steps = rewards.shape[0]
     if gae:
-        advantages = torch.zeros_like(rewards)
+        advantages = np.zeros_like(rewards)
         lastgaelam = 0
         for t in reversed(range(num_steps)):
             nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
@@ -326,13 +329,13 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
             advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
         returns = advantages + values
     else:
-        returns = torch.zeros_like(rewards)
+        returns = np.zeros_like(rewards)
         next_return = next_value
         for t in reversed(range(num_steps)):
             nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
             returns[t] = next_return = rewards[t] + gamma * nextnonterminal * next_return
         advantages = returns - values
-    return advantages, returns
+    return torch.as_tensor(advantages, device=device), torch.as_tensor(returns, device=device)
 
 
 def normalize_advantages(advantages):
@@ -403,31 +406,36 @@ def env_minibatches(num_steps, num_envs, num_minibatches):
 
 
 def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
-    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
-    --compile (the default) swaps in ppo_utils.compiled.compiled_backward(ppo_loss): the same, as one compiled graph."""
+    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics."""
     loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
     loss.backward()
     return mb_stats
 
 
-def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
-    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). backward: ppo_backward
-    or its twin compiled by --compile (the feed-forward scripts). Returns ppo_loss's statistics by name, each the mean
-    over all minibatches of all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
+def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
+    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a run long
+    enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled graph (under torchrun,
+    X2, the gradients alone)."""
+    optimizer.zero_grad()
+    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients
+    average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
+    if args.max_grad_norm > 0:
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
+    optimizer.step()
+    return mb_stats
+
+
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()), each minibatch the
+    sequences of whole envs (B3). step: minibatch_step. Returns ppo_loss's statistics by name, each the mean over all
+    minibatches of all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
     all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
     for epoch in range(args.update_epochs):
         for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
             mb = {key: value[mb_inds] for key, value in batch.items() if key != "state"}
             mb["state"] = batch["state"][:, mb_env_inds]
-            optimizer.zero_grad()
-            # the loss and its gradients: ppo_backward's loss.backward(), or with --compile (the feed-forward scripts'
-            # default) ppo_utils/compiled.py's one graph of ppo_loss and its torch.func.grad: the same gradients, faster
-            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # ppo_loss's statistics
+            mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
-            average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
-            if args.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
-            optimizer.step()
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
@@ -488,7 +496,7 @@ def train(args: Args, stop_signals=()):
     agent = Agent(envs, args).to(device)
     fused = args.fused_adam or None  # None: PyTorch's default Adam
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
-    backward = ppo_backward  # no --compile here: dynamo cannot trace nn.LSTM and nn.GRU
+    update_step = minibatch_step  # no --compile here: dynamo cannot trace nn.LSTM and nn.GRU
     last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
     if checkpoint:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
         last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
@@ -559,7 +567,7 @@ def train(args: Args, stop_signals=()):
             "dones": dones.to(device).reshape(-1),
             "state": initial_state,  # B3: the recurrent state at the rollout's start, (rows, num_envs, hidden)
         }
-        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, backward)
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step)
         run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(

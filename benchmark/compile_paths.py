@@ -1,5 +1,6 @@
-"""What the default --compile path buys over the one a reader would expect: the continuous script's minibatch gradients
-through ppo_utils.compiled (ppo_loss and its torch.func.grad traced as one torch.compile'd graph) against
+"""What the default --compile path buys over the others: the continuous script's minibatch step through
+ppo_utils.compiled.compiled_step (ppo_loss, its torch.func.grad, G8's clipping and Adam traced as one torch.compile'd
+graph), the gradients alone as that graph with clipping and Adam eager (the path under torchrun, X2), and
 torch.compile(ppo_loss) followed by the visible loss.backward(), side by side in one process on the same batches,
 alternating, with one rollout timed beside them for the share of an iteration.
 
@@ -17,7 +18,7 @@ import torch
 
 from sps import load_script  # beside this file; importing it loads ppo_utils/ from the project's folder
 
-from ppo_utils.compiled import compiled_backward  # noqa: E402  (loaded by sps)
+from ppo_utils.compiled import compiled_backward, compiled_step  # noqa: E402  (loaded by sps)
 
 cont = load_script("ppo_continuous_action.py")
 
@@ -53,12 +54,18 @@ def main():
         loss.backward()
         return stats
 
-    paths = {"func.grad graph (default)": compiled_backward(cont.ppo_loss, agent, torch.device("cpu")),
-             "compiled loss + backward()": loss_then_backward}  # fmt: skip
+    def with_backward(backward):  # the plain minibatch step (clipping and Adam eager) around a compiled backward
+        return lambda *step_args: cont.minibatch_step(*step_args, backward=backward)
 
-    def update(backward):
+    cpu = torch.device("cpu")
+    paths = {"one graph: loss, gradients, G8, Adam (default)": compiled_step(cont.ppo_loss, cont.minibatch_step, agent,
+                                                                              optimizer, args.max_grad_norm, 1, cpu),
+             "func.grad graph, eager G8 and Adam (torchrun's)": with_backward(compiled_backward(cont.ppo_loss, agent, cpu)),
+             "compiled loss + backward()": with_backward(loss_then_backward)}  # fmt: skip
+
+    def update(step):
         start = time.thread_time()
-        cont.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
+        cont.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, step)
         return time.thread_time() - start
 
     def rollout():
@@ -80,11 +87,11 @@ def main():
             times[name].append(update(backward))
         times["rollout"].append(rollout())
         print(f"round {round_ + 1}: " + ", ".join(f"{name} {t[-1]:.3f} s" for name, t in times.items()), flush=True)
-    (default, visible), rollout_time = [np.median(times[name]) for name in paths], np.median(times["rollout"])
-    print(f"median of {options.rounds}: update {default:.3f} s (default), {visible:.3f} s (compiled loss + backward(), "
-          f"{(visible / default - 1) * 100:+.1f}%), rollout {rollout_time:.3f} s; the visible backward costs "
-          f"{(visible - default) / (default + rollout_time) * 100:+.1f}% of an iteration")
-
+    medians = {name: np.median(t) for name, t in times.items()}
+    default, rollout_time = medians[next(iter(paths))], medians.pop("rollout")
+    print(f"median of {options.rounds}: rollout {rollout_time:.3f} s; " + "; ".join(
+        f"{name}: update {m:.3f} s ({(m / default - 1) * 100:+.1f}%, {(m - default) / (default + rollout_time) * 100:+.1f}% "
+        "of an iteration)" for name, m in medians.items()))  # fmt: skip
 
 if __name__ == "__main__":
     main()

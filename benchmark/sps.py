@@ -1,7 +1,7 @@
 """Steps per second of each script against the ceiling its environments set: first the vector env of the run alone,
 stepped with random actions, then training with the same flags, in this one process. Prints a Markdown table.
 
-    python benchmark/sps.py                                   # the three scripts on their benchmark envs, 3 runs each
+    python benchmark/sps.py                                   # the four scripts on their benchmark envs, 3 runs each
     python benchmark/sps.py ppo_atari.py --runs 1 -- --vector-env envpool
     python benchmark/sps.py --output benchmark/results/sps.md
 
@@ -12,8 +12,9 @@ FlopCounterMode (every matmul and convolution, forward and backward), and set it
 float32 matmul on the same threads: the compute this machine gives a well-shaped problem (on the run's device: the GPU
 with --cuda where one is present). The split columns take an iteration of the training run apart: the env steps (their
 mean per iteration), one update_policy call (the median, timed between two device syncs; the first call, which builds
-the compiled graph, is left out of the median) and the rest (the policy's forward passes, the copies, GAE and the
-logging), from the median iteration after the first; steady SPS is the batch over that median iteration, where the
+the compiled graph, is left out of the median), the rollout's policy calls (get_action_and_value under inference
+mode, their sum per iteration) and the rest (the copies, the bookkeeping, GAE and the logging), from the median
+iteration after the first; steady SPS is the batch over that median iteration, where the
 training SPS (the run's own charts/SPS) counts the start, torch.compile's build included.
 """
 
@@ -40,10 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 load_package("ppo_utils")
-from ppo_utils.compiled import compiled_backward  # noqa: E402  (loaded just above)
+from ppo_utils import compiled  # noqa: E402  (loaded just above)
 from ppo_utils.flag_checks import ArgError, check_args  # noqa: E402
 
 BENCHMARK_ENVS = {  # script: (env id, training steps per run)
+    "ppo.py": ("CartPole-v1", 61440),
     "ppo_continuous_action.py": ("Hopper-v5", 61440),
     "ppo_atari.py": ("BreakoutNoFrameskip-v4", 20480),
     "ppo_rnn.py": ("BreakoutNoFrameskip-v4", 20480),
@@ -73,10 +75,11 @@ def run_device(args):
 
 
 def timed_training(module, args):
-    """module.train(args) with its env steps and update_policy calls timed. Returns (the run's SPS, env seconds per
-    iteration, the median update's seconds, the median iteration's seconds after the first)."""
-    device, env_seconds, updates, ends = run_device(args), [0.0], [], []
-    make_envs, update_policy = module.make_envs, module.update_policy
+    """module.train(args) with its env steps, the rollout's policy calls and update_policy calls timed. Returns (the
+    run's SPS, env seconds per iteration, policy seconds per iteration, the median update's seconds, the median
+    iteration's seconds after the first)."""
+    device, env_seconds, policy_seconds, updates, ends = run_device(args), [0.0], [0.0], [], []
+    make_envs, update_policy, Agent = module.make_envs, module.update_policy, module.Agent
 
     def timed_make_envs(*a, **k):
         envs = make_envs(*a, **k)
@@ -91,6 +94,15 @@ def timed_training(module, args):
         envs.step = timed_step
         return envs
 
+    class TimedAgent(Agent):
+        def get_action_and_value(self, *a, **k):
+            if torch.compiler.is_compiling() or not torch.is_inference_mode_enabled():  # the update's calls
+                return super().get_action_and_value(*a, **k)
+            start = time.perf_counter()
+            result = super().get_action_and_value(*a, **k)
+            policy_seconds[0] += time.perf_counter() - start
+            return result
+
     def timed_update(*a, **k):
         sync(device)
         start = time.perf_counter()
@@ -100,15 +112,15 @@ def timed_training(module, args):
         updates.append(ends[-1] - start)
         return result
 
-    module.make_envs, module.update_policy = timed_make_envs, timed_update
+    module.make_envs, module.update_policy, module.Agent = timed_make_envs, timed_update, TimedAgent
     try:
         sps = module.train(args)["sps"]
     finally:
-        module.make_envs, module.update_policy = make_envs, update_policy
+        module.make_envs, module.update_policy, module.Agent = make_envs, update_policy, Agent
     iterations = [b - a for a, b in zip(ends, ends[1:])]  # end of update i to end of update i + 1
     update = statistics.median(updates[1:] or updates)
     iteration = statistics.median(iterations) if iterations else float("nan")
-    return sps, env_seconds[0] / len(updates), update, iteration
+    return sps, env_seconds[0] / len(updates), policy_seconds[0] / len(updates), update, iteration
 
 
 def random_batch(envs, agent, args):
@@ -146,15 +158,14 @@ def update_compute(module, args):
     envs.close()
     with FlopCounterMode(display=False) as counter:  # counted on the plain backward: compiled kernels bypass the counter
         module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta)
-    # timed with the backward the run uses (--compile: the compiled one, built by this warm-up call)
-    compiled = getattr(args, "compile", False)  # ppo_rnn.py has no --compile
-    backward = compiled_backward(module.ppo_loss, agent, device) if compiled else module.ppo_backward
-    module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
+    # timed with the step the run takes (--compile on a run long enough: the compiled one, built by this warm-up call)
+    step = update_step(module, agent, optimizer, args, device)
+    module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, step)
     calls = []
     for _ in range(3):
         sync(device)
         start = time.perf_counter()
-        module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, backward)
+        module.update_policy(agent, optimizer, batch, args, args.clip_coef, args.kl_beta, 1, step)
         sync(device)
         calls.append(time.perf_counter() - start)
     seconds = statistics.median(calls)
@@ -167,6 +178,17 @@ def update_compute(module, args):
     sync(device)
     matmul = 10 * 2 * 2048**3 / (time.perf_counter() - start) / 1e9
     return seconds, counter.get_total_flops() / 1e9, matmul
+
+
+def update_step(module, agent, optimizer, args, device):
+    """What train() hands update_policy: its minibatch step, compiled where --compile is on and the run long enough;
+    for a script from before the compiled step (update_policy took the backward), its backward, compiled by --compile."""
+    if not hasattr(module, "minibatch_step"):  # the scripts before issue 99, for the split before and after
+        return compiled.compiled_backward(module.ppo_loss, agent, device) if args.compile else module.ppo_backward
+    steps = args.num_iterations * args.update_epochs * args.num_minibatches
+    if getattr(args, "compile", False) and steps >= compiled.PAYS_AFTER:  # ppo_rnn.py has no --compile
+        return compiled.compiled_step(module.ppo_loss, module.minibatch_step, agent, optimizer, args.max_grad_norm, 1, device)
+    return module.minibatch_step
 
 
 def script_args(script, env_id, total_timesteps, flags):
@@ -189,17 +211,18 @@ def measure(script, env_id, total_timesteps, env_steps, runs, flags):
     rows = []
     for run in range(runs):
         env_sps = env_only_sps(module.make_envs(args, "sps"), args.seed, env_steps // args.num_envs)
-        train_sps, env_s, update_s, iteration_s = timed_training(module, args)
-        rows.append((env_sps, train_sps, env_s, update_s, iteration_s))
+        train_sps, env_s, policy_s, update_s, iteration_s = timed_training(module, args)
+        rows.append((env_sps, train_sps, env_s, policy_s, update_s, iteration_s))
         print(f"{script} run {run + 1}/{runs}: env only {env_sps:.0f}, training {train_sps:.0f} SPS; an iteration "
-              f"{1e3 * iteration_s:.0f} ms: env {1e3 * env_s:.0f}, update {1e3 * update_s:.0f}", file=sys.stderr)  # fmt: skip
-    env_sps, train_sps, env_s, update_s, iteration_s = (statistics.median(r[i] for r in rows) for i in range(5))
+              f"{1e3 * iteration_s:.0f} ms: env {1e3 * env_s:.0f}, policy {1e3 * policy_s:.0f}, update "
+              f"{1e3 * update_s:.0f}", file=sys.stderr)  # fmt: skip
+    env_sps, train_sps, env_s, policy_s, update_s, iteration_s = (statistics.median(r[i] for r in rows) for i in range(6))
     updates = [update_compute(module, args) for _ in range(runs)]
     alone_s, gflop, matmul = (statistics.median(u[i] for u in updates) for i in range(3))
     return {
         "device": run_device(args).type,
         "steady_sps": args.batch_size / iteration_s,
-        "split_ms": (1e3 * iteration_s, 1e3 * env_s, 1e3 * update_s, 1e3 * (iteration_s - env_s - update_s)),
+        "split_ms": tuple(1e3 * s for s in (iteration_s, env_s, policy_s, update_s, iteration_s - env_s - policy_s - update_s)),
         "update_s": alone_s,
         "gflop": gflop,
         "update_gflops": gflop / alone_s,
@@ -233,12 +256,12 @@ def measure_in_a_process(job, scratch):
 def table(results):
     lines = [
         "| script | env | flags | env-only SPS | training SPS | training / env-only | training SPS of each run "
-        "| steady SPS | steady / env-only | iteration ms: env + update + rest | device | update s | update GFLOP "
+        "| steady SPS | steady / env-only | iteration ms: env + policy + update + rest | device | update s | update GFLOP "
         "| update GFLOP/s | matmul GFLOP/s | update / iteration |",
         "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
-        split = "{:.0f}: {:.0f} + {:.0f} + {:.0f}".format(*r["split_ms"])
+        split = "{:.0f}: {:.0f} + {:.0f} + {:.0f} + {:.0f}".format(*r["split_ms"])
         lines.append(
             f"| {r['script']} | {r['env_id']} | {r['flags'] or '(defaults)'} | {r['env_sps']:.0f} | {r['train_sps']:.0f} "
             f"| {r['ratio']:.0%} | {r['runs']} | {r['steady_sps']:.0f} | {r['steady_sps'] / r['env_sps']:.0%} | {split} "
@@ -250,7 +273,7 @@ def table(results):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("scripts", nargs="*", default=list(BENCHMARK_ENVS), help="scripts to measure (default: all three)")
+    parser.add_argument("scripts", nargs="*", default=list(BENCHMARK_ENVS), help="scripts to measure (default: all four)")
     parser.add_argument("--env-id", help="override each script's benchmark env")
     parser.add_argument("--total-timesteps", type=int, help="training steps per run (default: per script, see BENCHMARK_ENVS)")
     parser.add_argument("--env-steps", type=int, default=20480, help="env-only steps per run, summed over the envs")

@@ -8,7 +8,8 @@ one such run: wall time (start to exit, imports included) and the SPS each scrip
     python benchmark/versus.py ppo_atari.py $CLEANRL_DIR/ppo_atari.py --env-id BreakoutNoFrameskip-v4 \\
         --total-timesteps 40960 --rounds 3 -- --vector-env envpool     # flags after -- go to our script only
 
-Both scripts take --env-id, --total-timesteps and --seed; each runs with its own defaults otherwise. The peer's folder
+Both scripts take --env-id, --total-timesteps, --seed and --num-steps (where given: a start-up run of one small batch);
+each runs with its own defaults otherwise. The peer's folder
 is put on PYTHONPATH (CleanRL's Atari script imports cleanrl_utils from beside it).
 """
 
@@ -128,6 +129,7 @@ def main(argv=None):
         help="the peer's script, e.g. $CLEANRL_DIR/ppo_continuous_action.py (CLEANRL_DIR: the folder of CleanRL's scripts)",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--num-steps", type=int, help="steps per env in a rollout, passed to both (default: each its own)")
     args = parser.parse_args(argv)
     ours = Path(args.ours) if Path(args.ours).is_absolute() else ROOT / args.ours
     peer = Path(args.peer).resolve()
@@ -138,6 +140,7 @@ def main(argv=None):
         parser.error("--rounds must be at least 1")
 
     common = ["--env-id", args.env_id, "--total-timesteps", str(args.total_timesteps), "--seed", str(args.seed)]
+    common += ["--num-steps", str(args.num_steps)] if args.num_steps else []
     env = {**os.environ, "WANDB_MODE": "offline"}
     peer_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(peer.parent), env.get("PYTHONPATH")]))}
     rows = []

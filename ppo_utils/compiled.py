@@ -1,6 +1,8 @@
-"""--compile: a minibatch's loss and gradients as one torch.compile'd graph, with the same gradients as the plain
-backward; the plain backward where inductor cannot build. It decides no PPO detail."""
+"""--compile: a minibatch's optimizer step (loss, gradients, G8's clipping, Adam) as one torch.compile'd graph, or its
+gradients alone where torchrun's ranks (X2) average them in between; the plain step where inductor cannot build, or
+where the run is too short to pay for the build. It decides no PPO detail."""
 
+import importlib
 import os
 import shutil
 import sys
@@ -19,6 +21,89 @@ class LossModule(torch.nn.Module):
 
     def forward(self, *args):
         return self.loss_fn(self.agent, *args)
+
+
+# The scripts build the graph for a run of PAYS_AFTER minibatch steps or more: the build takes 2-3 s where inductor's
+# cache (kept between runs, under /tmp/torchinductor_$USER) holds the graph, 15-20 s on a cold cache, and a compiled step
+# saves about 0.5 ms on a CPU (docs/speed.md), so a shorter run is faster eager
+PAYS_AFTER = 4000
+
+
+def compiled_step(loss_fn, plain_step, agent, optimizer, max_grad_norm, world_size, device):
+    """--compile's twin of the script's `plain_step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size,
+    backward)`: zero the gradients, loss_fn's gradients, X2's average, G8's clipping at max_grad_norm (0: none), the
+    optimizer's step. With one process and torch's Adam all of it is one graph, the parameters and Adam's state updated
+    in place (optimizer.state holds them, as Adam's own step leaves them, so checkpoints are unchanged); under torchrun
+    (X2) the gradients are the graph and plain_step does the rest. plain_step itself (with a warning) where inductor
+    has nothing to build with or its build fails."""
+    backward = compiled_backward(loss_fn, agent, device)
+    if getattr(backward, "plain", False):
+        return plain_step
+    group = optimizer.param_groups[0]
+    plain_adam = type(optimizer) is torch.optim.Adam and len(optimizer.param_groups) == 1
+    if world_size > 1 or not plain_adam or group["amsgrad"] or group["weight_decay"] or group["maximize"]:
+        return lambda *a, **k: plain_step(*a, **k, backward=backward)
+    adam = importlib.import_module("torch.optim.adam").adam  # torch's functional Adam (what Adam.step calls)
+    module = LossModule(loss_fn, agent)
+    names, params = zip(*module.named_parameters())
+    max_norm, (beta1, beta2), eps = max_grad_norm, group["betas"], group["eps"]
+
+    @torch.compile(options={"cpp_wrapper": True, "size_asserts": False} if device.type == "cpu" else None)
+    def step_graph(detached, exp_avgs, exp_avg_sqs, steps, lr, *loss_args):
+        grads, stats = torch.func.grad(
+            lambda p: torch.func.functional_call(module, p, loss_args, tie_weights=False), has_aux=True
+        )(dict(zip(names, detached)))
+        grads = [grads[name] for name in names]
+        if max_norm > 0:  # G8 as nn.utils.clip_grad_norm_ computes it: the global L2 norm, the scale clamped to 1
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+            scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+            grads = [g * scale for g in grads]
+        adam(list(detached), grads, exp_avgs, exp_avg_sqs, [], steps, foreach=False, amsgrad=False, beta1=beta1,
+             beta2=beta2, lr=lr, weight_decay=0.0, eps=eps, maximize=False)  # fmt: skip
+        return stats
+
+    compiled = [True]  # until inductor fails to build the graph
+
+    def step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, world_size_=1):
+        assert agent_ is agent and optimizer_ is optimizer, "compiled_step serves the agent and optimizer it was built for"
+        if not compiled[0]:
+            return plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, world_size_)
+        state = [adam_state(optimizer, p) for p in params]
+        lr = torch.tensor(group["lr"], device=device)  # G6 changes it each update: a tensor, so the graph is built once
+        tensors = [torch.tensor(a, device=device) if isinstance(a, float) else a for a in (clip_coef, kl_beta)]
+        try:
+            with torch.no_grad():
+                return step_graph(
+                    [p.detach() for p in params], [s["exp_avg"] for s in state], [s["exp_avg_sq"] for s in state],
+                    [s["step"] for s in state], lr, mb, args_, *tensors,
+                )  # fmt: skip
+        except Exception as e:
+            if not is_build_failure(e):
+                raise
+            compiled[0] = False
+            say_build_failed(e)
+            return plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, world_size_)
+
+    return step
+
+
+def adam_state(optimizer, p):
+    """Adam's state of parameter p, made as torch's Adam makes it where it has none yet (before the first step)."""
+    state = optimizer.state[p]
+    if not state:
+        fused = bool(optimizer.param_groups[0]["fused"])
+        state["step"] = torch.tensor(0.0, dtype=torch.float32, device=p.device if fused else "cpu")
+        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    return state
+
+
+def say_build_failed(e):
+    """The warning of a graph that inductor failed to build (once, by rank 0)."""
+    if process_rank() == 0:
+        reason = (str(e).strip().splitlines() or [""])[0][:200]
+        print(f"warning: --compile could not build its graph here ({type(e).__name__}: {reason}); running "
+              "eagerly (slower, the same gradients)", file=sys.stderr)  # fmt: skip
 
 
 def compiled_backward(loss_fn, agent, device):
@@ -40,6 +125,7 @@ def compiled_backward(loss_fn, agent, device):
     if device.type == "cpu" and shutil.which(os.environ.get("CXX", "g++")) is None:
         if process_rank() == 0:  # X2: said once
             print("warning: --compile needs a C++ compiler (g++) on a CPU; running eagerly (slower)", file=sys.stderr)
+        plain.plain = True
         return plain
 
     # tie_weights=False: a shared body (M7 in the continuous script, A10 in Atari's) is one module object under two names,
@@ -64,10 +150,7 @@ def compiled_backward(loss_fn, agent, device):
             if not is_build_failure(e):
                 raise
             compiled[0] = False
-            if process_rank() == 0:
-                reason = (str(e).strip().splitlines() or [""])[0][:200]
-                print(f"warning: --compile could not build its graph here ({type(e).__name__}: {reason}); running "
-                      "eagerly (slower, the same gradients)", file=sys.stderr)  # fmt: skip
+            say_build_failed(e)
             return plain(agent_, *args)
         for name, p in params.items():
             grad = grads[name] if p.grad is None else p.grad + grads[name]

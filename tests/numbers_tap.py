@@ -49,7 +49,8 @@ def tap(steps_per_update):
         def step(self, *args, **kwargs):
             if self.steps_taken % steps_per_update == 0:
                 storage = find_in_frames(STORAGE)
-                record["rollouts"].append({key: value.detach().cpu().clone() for key, value in storage.items()})
+                # ours keeps the rewards and episode ends in numpy arrays until the rollout ends
+                record["rollouts"].append({key: torch.as_tensor(v).detach().cpu().clone() for key, v in storage.items()})
             result = super().step(*args, **kwargs)
             self.steps_taken += 1
             if self.steps_taken % steps_per_update == 0:

@@ -356,8 +356,9 @@ def test_a_compiler_that_cannot_build_falls_back_to_eager_with_one_warning(tmp_p
     fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "g++ 12" && exit 0\necho "Python.h: missing" >&2\nexit 1\n')
     fake.chmod(0o755)
     (tmp_path / "work").mkdir()
-    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", "128",
-             "--no-cuda"]  # fmt: skip  # on a GPU, inductor builds with Triton, not the C++ compiler
+    # 2 updates of 1000 epochs of 2 minibatches: a run long enough for --compile to build (ppo_utils.compiled.PAYS_AFTER)
+    flags = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1000",
+             "--total-timesteps", "128", "--no-cuda"]  # fmt: skip  # on a GPU, inductor builds with Triton, not g++
     env = {"CXX": str(fake), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # nothing cached from a real build
     result = run_script("ppo_continuous_action", *flags, cwd=tmp_path / "work", env=env, timeout=300)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import ROOT
 
 
@@ -23,19 +24,21 @@ def test_sps_measures_env_only_and_training(tmp_path):
     env_sps, train_sps, ratio = float(cells[3]), float(cells[4]), float(cells[5].rstrip("%")) / 100
     assert env_sps > 0 and train_sps > 0
     assert ratio == pytest.approx(train_sps / env_sps, abs=0.01)
-    steady_sps, iteration, env, update, rest = float(cells[7]), *map(float, re.findall(r"-?[\d.]+", cells[9]))
+    steady_sps, iteration, env, policy, update, rest = float(cells[7]), *map(float, re.findall(r"-?[\d.]+", cells[9]))
     # a batch of 2048 steps over the iteration: both printed to the unit (ms, SPS), so each within 0.5 of the true value
     assert 2048e3 / (iteration + 0.5) - 0.5 <= steady_sps <= 2048e3 / (iteration - 0.5) + 0.5
-    assert iteration == pytest.approx(env + update + rest, abs=1.5) and min(env, update) > 0
+    assert iteration == pytest.approx(env + policy + update + rest, abs=2) and min(env, policy, update) > 0
 
 
-def test_sps_splits_an_iteration_into_env_steps_update_and_rest(monkeypatch):
+def test_sps_splits_an_iteration_into_env_steps_policy_calls_update_and_rest(monkeypatch):
     """timed_training on a stand-in script timed by a fake clock (sps.py's time.perf_counter), which only the stand-in's
-    work moves: 4 iterations of 5 env steps (20 ms each in the first, 10 ms after), 20 ms of other work and an update
-    of 300 ms (the first, a compile's), then 30, 30 and 60 ms. By hand: env steps 5 x 20 + 3 x 5 x 10 = 250 ms over 4
-    iterations, 62.5 ms each; the update the median of 30, 30, 60 = 30 ms (the first left out; the mean would be
-    40); the iterations after the first, end of update to end of update, 50 + 20 + 30 = 100, 100 and 50 + 20 + 60 =
-    130 ms, their median 100 ms."""
+    work moves: 4 iterations of 5 env steps (20 ms each in the first, 10 ms after), each step after a policy call of
+    4 ms under inference mode (the rollout's), then 20 ms of other work, a policy call of 4 ms with gradients (the
+    update's, not the rollout's) and an update of 300 ms (the first, a compile's), then 30, 30 and 60 ms. By hand: env
+    steps 5 x 20 + 3 x 5 x 10 = 250 ms over 4 iterations, 62.5 ms each; the rollout's policy calls 5 x 4 = 20 ms an
+    iteration; the update the median of 30, 30, 60 = 30 ms (the first left out; the mean would be 40); the iterations
+    after the first, end of update to end of update, 50 + 20 + 20 + 4 + 30 = 124, 124 and 50 + 20 + 20 + 4 + 60 = 154
+    ms, their median 124 ms."""
     import types
 
     import sps
@@ -53,22 +56,32 @@ def test_sps_splits_an_iteration_into_env_steps_update_and_rest(monkeypatch):
         def step(self, action):
             work(self.step_seconds)
 
+    class Agent:
+        def get_action_and_value(self):
+            work(0.004)
+
     def train(args):
-        envs = stand_in.make_envs(args)
+        envs, agent = stand_in.make_envs(args), stand_in.Agent()
         for update_seconds in (0.3, 0.03, 0.03, 0.06):
             for _ in range(5):
+                with torch.inference_mode():
+                    agent.get_action_and_value()
                 envs.step(None)
             envs.step_seconds = 0.01
             work(0.02)
+            agent.get_action_and_value()  # the update's loss: not the rollout's
             stand_in.update_policy(update_seconds)
         return {"sps": 123}
 
-    stand_in = types.SimpleNamespace(make_envs=lambda args: Envs(), train=train, update_policy=lambda seconds: work(seconds))
-    sps_, env_s, update_s, iteration_s = sps.timed_training(stand_in, types.SimpleNamespace(cuda=False))
+    stand_in = types.SimpleNamespace(
+        make_envs=lambda args: Envs(), train=train, update_policy=lambda seconds: work(seconds), Agent=Agent
+    )
+    sps_, env_s, policy_s, update_s, iteration_s = sps.timed_training(stand_in, types.SimpleNamespace(cuda=False))
     assert sps_ == 123
     assert env_s == pytest.approx(0.0625, abs=1e-9) and update_s == pytest.approx(0.03, abs=1e-9)
-    assert iteration_s == pytest.approx(0.1, abs=1e-9)
-    assert stand_in.update_policy.__name__ == "<lambda>"  # the script's own functions are back in place
+    assert policy_s == pytest.approx(0.02, abs=1e-9)
+    assert iteration_s == pytest.approx(0.124, abs=1e-9)
+    assert stand_in.update_policy.__name__ == "<lambda>" and stand_in.Agent is Agent  # the script's own are back
 
 
 @pytest.mark.slow

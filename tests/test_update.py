@@ -158,7 +158,10 @@ def test_logged_statistics_are_the_mean_of_every_minibatch(script, tmp_path, mon
         return mb_stats
 
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
-    stats = script.update_policy(agent, optimizer, batch, args, 0.2, 1.0, backward=recording_backward)
+    def recording_step(*step_args):
+        return script.minibatch_step(*step_args, backward=recording_backward)
+
+    stats = script.update_policy(agent, optimizer, batch, args, 0.2, 1.0, step=recording_step)
     assert len(recorded) == 3 * args.num_minibatches
     keys = ("policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac")
     assert set(stats) == set(keys) | {"epochs"}
