@@ -24,7 +24,7 @@ from torch.distributions.categorical import Categorical
 
 from ppo_utils.checkpoints import Update, restore, resume_flags
 from ppo_utils.command_line import main
-from ppo_utils.compiled import PAYS_AFTER, compiled_step
+from ppo_utils.compiled import PAYS_AFTER_CNN, compiled_step
 from ppo_utils.distributed import all_ranks_mean, average_gradients, broadcast_parameters
 from ppo_utils.distributed import distributed_setup, launched_processes, rank_seed
 from ppo_utils.envpool_backend import EnvpoolVectorEnv
@@ -42,7 +42,7 @@ class Args:
     torch_deterministic: bool = True  # sets `torch.backends.cudnn.deterministic`
     cuda: bool = True  # use CUDA when a GPU is present (the CPU otherwise)
     torch_threads: int = 0  # torch's CPU threads; 0: one per core, which the CNN uses well (an MLP may prefer 1)
-    compile: bool = True  # each minibatch's loss and gradients as one torch.compile'd graph (docs/flags.md)
+    compile: bool = True  # the minibatch step as one compiled graph, on runs of 4,000+ minibatch steps (docs/speed.md)
     tf32: bool = False  # on a GPU, matmuls and convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
     fused_adam: bool = True  # Adam's fused kernel (the same steps up to float rounding); off: PyTorch's default Adam
     track: bool = False  # log to Weights and Biases too (config, code, scalars, videos); WANDB_MODE=offline works
@@ -419,7 +419,7 @@ def train(args: Args, stop_signals=()):
     fused = args.fused_adam or None  # None: PyTorch's default Adam
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
     update_step = minibatch_step  # --compile: the same step as one graph, where the run is long enough to pay for its build
-    if args.compile and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER:
+    if args.compile and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER_CNN:
         update_step = compiled_step(ppo_loss, minibatch_step, agent, optimizer, args.max_grad_norm, world_size, device)
     last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
     if checkpoint:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above

@@ -38,7 +38,7 @@ class Args:
     torch_deterministic: bool = True  # sets `torch.backends.cudnn.deterministic`
     cuda: bool = True  # use CUDA when a GPU is present (the CPU otherwise)
     torch_threads: int = 1  # torch's CPU threads; 0: one per core (1 suits these small MLPs best)
-    compile: bool = True  # each minibatch's loss and gradients as one torch.compile'd graph (docs/flags.md)
+    compile: bool = True  # the minibatch step as one compiled graph, on runs of 4,000+ minibatch steps (docs/speed.md)
     tf32: bool = False  # on a GPU, matmuls and convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
     fused_adam: bool = True  # Adam's fused kernel (the same steps up to float rounding); off: PyTorch's default Adam
     track: bool = False  # log to Weights and Biases too (config, code, scalars, videos); WANDB_MODE=offline works

@@ -4,7 +4,7 @@
 #   CLEANRL_DIR=../shared/peers/cleanrl bash benchmark/speed_vs_cleanrl.sh [results folder]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${CLEANRL_DIR:?set CLEANRL_DIR to the folder of CleanRL's ppo.py, ppo_continuous_action.py and ppo_atari.py}"
+: "${CLEANRL_DIR:?set CLEANRL_DIR to the folder holding CleanRL ppo.py, ppo_continuous_action.py and ppo_atari.py}"
 out=${1:-benchmark/results/speed-99}
 mkdir -p "$out"
 versus() { python benchmark/versus.py "$@"; }
