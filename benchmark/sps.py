@@ -186,7 +186,8 @@ def update_step(module, agent, optimizer, args, device):
     if not hasattr(module, "minibatch_step"):  # the scripts before issue 99, for the split before and after
         return compiled.compiled_backward(module.ppo_loss, agent, device) if args.compile else module.ppo_backward
     steps = args.num_iterations * args.update_epochs * args.num_minibatches
-    if getattr(args, "compile", False) and steps >= compiled.PAYS_AFTER:  # ppo_rnn.py has no --compile
+    pays_after = compiled.PAYS_AFTER_CNN if module.__name__.startswith("ppo_atari") else compiled.PAYS_AFTER  # as train()
+    if getattr(args, "compile", False) and steps >= pays_after:  # ppo_rnn.py has no --compile
         return compiled.compiled_step(module.ppo_loss, module.minibatch_step, agent, optimizer, args.max_grad_norm, 1, device)
     return module.minibatch_step
 
@@ -217,12 +218,13 @@ def measure(script, env_id, total_timesteps, env_steps, runs, flags):
               f"{1e3 * iteration_s:.0f} ms: env {1e3 * env_s:.0f}, policy {1e3 * policy_s:.0f}, update "
               f"{1e3 * update_s:.0f}", file=sys.stderr)  # fmt: skip
     env_sps, train_sps, env_s, policy_s, update_s, iteration_s = (statistics.median(r[i] for r in rows) for i in range(6))
+    rest_s = iteration_s - env_s - policy_s - update_s
     updates = [update_compute(module, args) for _ in range(runs)]
     alone_s, gflop, matmul = (statistics.median(u[i] for u in updates) for i in range(3))
     return {
         "device": run_device(args).type,
         "steady_sps": args.batch_size / iteration_s,
-        "split_ms": tuple(1e3 * s for s in (iteration_s, env_s, policy_s, update_s, iteration_s - env_s - policy_s - update_s)),
+        "split_ms": tuple(1e3 * s for s in (iteration_s, env_s, policy_s, update_s, rest_s)),
         "update_s": alone_s,
         "gflop": gflop,
         "update_gflops": gflop / alone_s,
