@@ -32,7 +32,7 @@ import ppo_continuous_action as parent
 from ppo_continuous_action import Agent, Args, adapt_kl_beta, batch_kl, compute_gae, make_env, normalize_advantages
 from ppo_continuous_action import policy_loss, value_loss
 from ppo_utils.agents_adam import AgentsAdam
-from ppo_utils.compiled import compiled_backward
+from ppo_utils.compiled import PAYS_AFTER, compiled_agents_step
 from ppo_utils.envpool_backend import EnvpoolMujoco
 from ppo_utils.distributed import distributed_setup
 from ppo_utils.flag_checks import check_args
@@ -253,30 +253,41 @@ def ppo_loss(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
 
 
 def ppo_backward(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
-    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics. In the feed-forward scripts
-    --compile (the default) swaps in ppo_utils.compiled.compiled_backward(ppo_loss): the same, as one compiled graph."""
+    """ppo_loss's gradients, added to the parameters' .grad; returns its logged statistics (--compile's step passes its
+    compiled twin where it cannot take the whole step as one graph)."""
     loss, mb_stats = ppo_loss(agent, mb, args, clip_coef, kl_beta)
     loss.backward()
     return mb_stats
 
 
-def clip_grad_norms(parameters, max_grad_norm):
+def clip_grad_norms(grads, max_grad_norm):
     """G8 for every agent at once, as nn.utils.clip_grad_norm_ does it for one: the L2 norm of each agent's gradients
-    (over all its parameters: of the norms of each parameter's rows), and its gradients scaled by the clip factor
+    (over all its parameters: of the norms of each parameter's rows), and its gradients scaled in place by the clip factor
     max_grad_norm / (norm + 1e-6) where that is below 1; max_grad_norm 0 (an agent's): off for that agent."""
-    grads = [p.grad for p in parameters]
     norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads], dim=1)
     factor = (max_grad_norm / (torch.linalg.vector_norm(norms, dim=1) + 1e-6)).clamp(max=1.0)
     factor = torch.where(max_grad_norm > 0, factor, 1.0)
     torch._foreach_mul_(grads, [factor.view((-1,) + (1,) * (g.dim() - 1)) for g in grads])
 
 
-def update_policy(agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta, shufflers, backward=ppo_backward):
+def minibatch_step(agent, optimizer, mb, args: AgentsArgs, clip_coef, kl_beta, running, backward=ppo_backward):
+    """One optimizer step of the running agents on their minibatches: the gradients, G8 per agent, one Adam step for all
+    (AgentsAdam). --compile on a long run swaps in ppo_utils.compiled.compiled_agents_step: the same step as one graph.
+    Returns ppo_loss's statistics."""
+    optimizer.zero_grad()
+    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)
+    clip_grad_norms([p.grad for p in agent.parameters()], args.max_grad_norm)  # G8, per agent
+    optimizer.step(running)
+    return mb_stats
+
+
+def update_policy(agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta, shufflers, step=minibatch_step):
     """G7: `update_epochs` epochs of minibatch steps on each agent's flat batch (a dict, built in train(), with the agent
     axis first), each agent with its own shuffle (shufflers: one numpy RandomState per agent), one Adam step for all
-    (AgentsAdam). backward: ppo_backward or, with --compile, its compiled twin. Returns ppo_loss's statistics by name, each
-    per agent the mean over its minibatches, as tensors, and "epochs", the epochs each agent ran (X3 stops agents one by
-    one: a stopped agent's parameters and Adam state stay and its shuffle draws no more, while the others go on)."""
+    (AgentsAdam). step: minibatch_step or, with --compile on a long run, its compiled twin. Returns ppo_loss's
+    statistics by name, each per agent the mean over its minibatches, as tensors, and "epochs", the epochs each agent ran
+    (X3 stops agents one by one: a stopped agent's parameters and Adam state stay and its shuffle draws no more, while
+    the others go on)."""
     num_agents, device = len(shufflers), batch["obs"].device
     b_inds = np.tile(np.arange(args.batch_size), (num_agents, 1))
     agent_axis = torch.arange(num_agents, device=device)[:, None]
@@ -290,13 +301,8 @@ def update_policy(agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta,
         for start in range(0, args.batch_size, args.minibatch_size):
             mb_inds = torch.as_tensor(b_inds[:, start : start + args.minibatch_size], device=device)
             mb = {key: value[agent_axis, mb_inds] for key, value in batch.items()}
-            optimizer.zero_grad()
-            # the loss and its gradients: ppo_backward's loss.backward(), or with --compile (the feed-forward scripts'
-            # default) ppo_utils/compiled.py's one graph of ppo_loss and its torch.func.grad: the same gradients, faster
-            mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # ppo_loss's statistics
+            mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, running)  # ppo_loss's statistics
             all_mb_stats.append(torch.stack(list(mb_stats.values()), dim=1))
-            clip_grad_norms(agent.parameters(), args.max_grad_norm)  # G8, per agent
-            optimizer.step(running)
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if stops:
@@ -354,7 +360,9 @@ def train(args: SeedsArgs, stop_signals=()):
     check_batched_agents(envs, agents, agent, parent.ppo_loss, ppo_loss, flags, agent_args, args.script)  # as the parent's
     lr, eps = [f.learning_rate for f in flags], [f.adam_eps for f in flags]  # each agent's
     optimizer = AgentsAdam(agent.parameters(), lr=lr, eps=eps, fused=args.fused_adam or None)  # G11
-    backward = compiled_backward(ppo_loss, agent, device) if args.compile else ppo_backward  # the minibatch's gradients
+    update_step = minibatch_step
+    if args.compile and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER:
+        update_step = compiled_agents_step(ppo_loss, minibatch_step, agent, optimizer, clip_grad_norms, device)
     last_updates = start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, generators)  # --resume: loaded
     global_step, kl_beta = last_updates[0].global_step, [update.kl_beta for update in last_updates]
 
@@ -422,7 +430,7 @@ def train(args: SeedsArgs, stop_signals=()):
             "values": values.transpose(0, 1).reshape(num_agents, -1),
         }
         clip_coefs, kl_betas = torch.tensor(clip_coef, device=device)[:, None], torch.tensor(kl_beta, device=device)
-        stats = update_policy(agent, optimizer, batch, agent_args, clip_coefs, kl_betas, shufflers, backward)
+        stats = update_policy(agent, optimizer, batch, agent_args, clip_coefs, kl_betas, shufflers, update_step)
         failed = check_finite(runs, stats, iteration, global_step)  # the NaN guard of each agent: {agent: why}
         if "kl-adaptive" in [f.surrogate for f in flags]:
             kls = batch_kl(agent, batch).tolist()  # device sync

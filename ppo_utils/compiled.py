@@ -90,6 +90,59 @@ def compiled_step(loss_fn, plain_step, agent, optimizer, max_grad_norm, world_si
     return step
 
 
+def compiled_agents_step(loss_fn, plain_step, agent, optimizer, clip_fn, device):
+    """compiled_step's twin for ppo_continuous_action_seeds.py: its `plain_step(agent, optimizer, mb, args, clip_coef,
+    kl_beta, running)` (the agents' gradients, G8 per agent with clip_fn(grads, max_grad_norm), AgentsAdam's step) as one
+    graph over the stacked parameters, where every agent steps with one learning rate and epsilon and one step count (what
+    AgentsAdam then does in one call of torch's functional Adam); plain_step with the compiled gradients otherwise (X3
+    stopped an agent, or the agents' learning rates or epsilons differ), and plain_step where inductor cannot build."""
+    backward = compiled_backward(loss_fn, agent, device)
+    if getattr(backward, "plain", False):
+        return plain_step
+    adam = importlib.import_module("torch.optim.adam").adam
+    module = LossModule(loss_fn, agent)
+    names, params = zip(*module.named_parameters())
+
+    @torch.compile(options={"cpp_wrapper": True, "size_asserts": False} if device.type == "cpu" else None)
+    def step_graph(detached, exp_avgs, exp_avg_sqs, steps, lr, eps, max_grad_norm, *loss_args):
+        grads, stats = torch.func.grad(
+            lambda p: torch.func.functional_call(module, p, loss_args, tie_weights=False), has_aux=True
+        )(dict(zip(names, detached)))
+        grads = [grads[name] for name in names]
+        clip_fn(grads, max_grad_norm)
+        adam(list(detached), grads, exp_avgs, exp_avg_sqs, [], steps, foreach=False, amsgrad=False, beta1=0.9,
+             beta2=0.999, lr=lr, weight_decay=0.0, eps=eps, maximize=False)  # fmt: skip
+        return stats
+
+    compiled = [True]  # until inductor fails to build the graph
+
+    def step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, running):
+        assert agent_ is agent and optimizer_ is optimizer, "compiled_agents_step serves the agents it was built for"
+        groups = {(group["lr"], group["eps"]) for group in optimizer.param_groups}
+        counts = optimizer.counts
+        if not compiled[0] or not running.all() or len(groups) > 1 or (counts != counts[0]).any():
+            return plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, running, backward=backward)
+        (lr, eps), k = groups.pop(), len(params)
+        steps = list(optimizer.steps[:1].repeat(k).unbind())  # copies, which Adam counts up
+        try:
+            with torch.no_grad():
+                stats = step_graph(
+                    [p.detach() for p in params], optimizer.exp_avgs, optimizer.exp_avg_sqs, steps,
+                    torch.tensor(lr, device=device), eps, args_.max_grad_norm, mb, args_, clip_coef, kl_beta,
+                )  # fmt: skip
+        except Exception as e:
+            if not is_build_failure(e):
+                raise
+            compiled[0] = False
+            say_build_failed(e)
+            return plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, running, backward=backward)
+        optimizer.steps += 1
+        optimizer.counts += 1
+        return stats
+
+    return step
+
+
 def adam_state(optimizer, p):
     """Adam's state of parameter p, made as torch's Adam makes it where it has none yet (before the first step)."""
     state = optimizer.state[p]

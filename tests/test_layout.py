@@ -93,7 +93,8 @@ def test_shared_definitions_are_identical_except_the_allowed_ones(pair):
 # changes: an agent axis, per-agent reductions, several runs); every other one it uses is its parent's, imported
 SEEDS = "ppo_continuous_action_seeds"
 SEEDS_OWN = {"Seeds", "SeedsArgs", "make_envs", "NormalizeObservation", "NormalizeReward", "Agents", "ppo_loss",
-             "ppo_backward", "clip_grad_norms", "update_policy", "truncation_bootstrap", "train"}  # fmt: skip
+             "ppo_backward", "clip_grad_norms", "minibatch_step", "update_policy", "truncation_bootstrap",
+             "train"}  # fmt: skip
 SEEDS_IMPORTED = {"Args", "make_env", "Agent", "compute_gae", "normalize_advantages", "policy_loss", "value_loss",
                   "adapt_kl_beta", "batch_kl"}  # fmt: skip
 

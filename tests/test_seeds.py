@@ -319,6 +319,63 @@ def test_one_adam_step_for_all_agents_is_torch_adam_for_each(groups):
         assert ours.counts.tolist() == [6, 4, 6, 6]
 
 
+class FirstUpdate(Exception):
+    """Ends a run after its first update (first_update)."""
+
+
+def first_update(tmp_path, monkeypatch, compiled, setting):
+    """The batched script's parameters before and after its first update, and AgentsAdam's moments, with --compile's
+    one-graph step (ppo_utils.compiled.compiled_agents_step, built whatever the run's length) or the plain one."""
+    plain_update, seen = seeds_script.update_policy, {}
+
+    def update_once(agent, optimizer, *args):
+        seen["start"] = [p.detach().clone() for p in agent.parameters()]
+        plain_update(agent, optimizer, *args)
+        seen["end"] = [p.detach().clone() for p in agent.parameters()]
+        seen["moments"] = optimizer.exp_avgs + optimizer.exp_avg_sqs
+        seen["steps"], seen["compiled"] = optimizer.steps.tolist(), args[-1] is not seeds_script.minibatch_step
+        raise FirstUpdate
+
+    args = seeds_script.SeedsArgs(env_id="Pendulum-v1", seeds=(1, 2), setting=("default=", setting), num_steps=256,
+                                  total_timesteps=512, num_minibatches=4, update_epochs=2,
+                                  exp_name=f"compiled-{compiled}")  # fmt: skip
+    with monkeypatch.context() as patched, pytest.raises(FirstUpdate):
+        patched.chdir(tmp_path)
+        patched.setattr(seeds_script, "PAYS_AFTER", 0 if compiled else 10**9)
+        patched.setattr(seeds_script, "update_policy", update_once)
+        seeds_script.train(args)
+    return seen
+
+
+def change_apart(a, b):
+    """|a - b| / |b| of two updates' parameter changes (or of two lists of tensors, without "start")."""
+    a, b = ([x - s for x, s in zip(run["end"], run["start"])] if "start" in run else run for run in (a, b))
+    a, b = (torch.cat([x.flatten() for x in xs]) for xs in (a, b))
+    return ((a - b).norm() / b.norm()).item()
+
+
+@pytest.mark.slow
+def test_the_compiled_step_of_all_agents_is_the_plain_step_clipping_and_adam_included(tmp_path, monkeypatch):
+    """--compile's one graph for all agents (their gradients, G8 per agent, Adam over the stacked tensors) against the
+    plain step (compiled_backward's gradients aside: the eager loss.backward(), clip_grad_norms, AgentsAdam): one update
+    of 8 minibatch steps moves the parameters by the same amount up to float rounding (1e-4 of the change), with the same
+    Adam moments and step counts, 2 seeds at the defaults and 2 whose setting clips at every step (max_grad_norm 0.05);
+    with that setting's clipping off the change lands over 10% away: the graph clips per agent."""
+    plain = first_update(tmp_path, monkeypatch, False, "clip=--max-grad-norm 0.05")
+    ours = first_update(tmp_path, monkeypatch, True, "clip=--max-grad-norm 0.05")
+    assert ours["compiled"] and not plain["compiled"]
+    off = change_apart(ours, plain)
+    assert off <= 1e-4, f"the compiled step's change is {off:.2e} of the plain one's away (allowed 1e-4)"
+    assert change_apart(ours["moments"], plain["moments"]) <= 1e-4
+    assert ours["steps"] == plain["steps"] == [8.0] * len(ours["steps"])
+    unclipped = first_update(tmp_path, monkeypatch, True, "clip=--max-grad-norm 0")
+    off = change_apart(unclipped, plain)
+    assert off > 0.1, f"without clipping the change is only {off:.2e} away: the test cannot tell clipping apart"
+    # agents whose learning rates differ step apart (AgentsAdam's groups): the plain step with the compiled gradients
+    plain, ours = (first_update(tmp_path, monkeypatch, compiled, "fast=--learning-rate 1e-3") for compiled in (False, True))
+    assert change_apart(ours, plain) <= 1e-4 and change_apart(ours["moments"], plain["moments"]) <= 1e-4
+
+
 class OtherTorchSeedFor:
     """torch as the batched script sees it, except that manual_seed(seed) seeds another stream for one seed."""
 
