@@ -81,6 +81,10 @@ def case(request):
     )
 
 
+# the compiled gradients alone serve torchrun (X2) and the batched script's agents where their learning rates differ: the
+# continuous script's in the README's tier, the others in the full suite (the default path, compiled_step, is below)
+@pytest.mark.parametrize("case", [pytest.param(name, marks=[] if name == "ppo_continuous_action" else pytest.mark.long)
+                                  for name in FEED_FORWARD], indirect=True)  # fmt: skip
 @pytest.mark.slow
 def test_compiled_backward_gives_the_plain_gradients(case):
     script, args, agent, batch = case
@@ -172,6 +176,9 @@ def relative_difference(a, b, start=None):
     return ((a - b).norm() / b.norm()).item()
 
 
+# ppo_masked.py's graph is ppo.py's with its masks: the full suite's
+@pytest.mark.parametrize("case", [pytest.param(name, marks=pytest.mark.long if name == "ppo_masked" else [])
+                                  for name in FEED_FORWARD], indirect=True)  # fmt: skip
 @pytest.mark.slow
 def test_the_compiled_step_is_the_plain_step_clipping_and_adam_included(case):
     """--compile's one graph (loss, gradients, G8's clipping, Adam) against the plain step with PyTorch's for-loop Adam:
