@@ -84,7 +84,7 @@ class Args:
     env_kinds: ClassVar[tuple] = ("discrete-vector",)  # the env ids check_args accepts
     eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
     flag_rules: ClassVar[dict] = {}  # the ranges of its flags: ppo_utils.flag_checks.FLAG_RULES
-    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph"}  # what the run's first line says slows update 1
+    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph if the run has 4,000+ minibatch steps"}  # slows update 1
 
     @property
     def batch_size(self) -> int:

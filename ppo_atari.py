@@ -107,7 +107,7 @@ class Args:
         "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
     }
     observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}  # what --eval-checkpoint names
-    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph"}  # what the run's first line says slows update 1
+    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph if the run has 150+ minibatch steps"}  # slows update 1
 
     @property
     def batch_size(self) -> int:

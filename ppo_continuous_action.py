@@ -102,7 +102,7 @@ class Args:
         "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
     }
     observation_flags: ClassVar[dict] = {"mask_velocity": "velocities hidden"}  # what --eval-checkpoint names of its env
-    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph"}  # what the run's first line says slows update 1
+    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph if the run has 4,000+ minibatch steps"}  # slows update 1
 
     @property
     def batch_size(self) -> int:

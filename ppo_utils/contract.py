@@ -17,7 +17,7 @@ Its class variables (ClassVar):
 - optional (DECLARED, each with its default): `observation_flags: dict`, {field: what a value other than the default
   means, or None}, the flags whose wrappers change what the agent observes, which --eval-checkpoint names with the env
   it plays ({}); `warm_up: dict`, {field: note}, the flags that make the first update slow when set, said in the run's
-  first line ({}; "compile": "--compile builds its graph").
+  first line ({}; "compile": "--compile builds its graph if the run has 4,000+ minibatch steps").
 - ppo_continuous_action_seeds.py's SeedsArgs alone: `per_agent: tuple` and `shared: dict` (its PER_AGENT and SHARED),
   the flags of its parent that it batches, which ppo_utils/seeds.py reads (a flag in neither is refused when set).
 Its method `check(self, world_size: int, kind: str) -> None`: how its flags fit together for `world_size` processes

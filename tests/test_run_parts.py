@@ -69,7 +69,7 @@ def test_a_run_says_what_is_to_come_as_soon_as_its_folder_is_made(tmp_path, monk
     run.abandon()
     assert capsys.readouterr().out == (
         "runs/Hopper-v5__ppo_continuous_action__1__1000: 10 updates of 400 steps to go; the first one warms up (--compile "
-        "builds its graph), then a progress line every 10 s\n"
+        "builds its graph if the run has 4,000+ minibatch steps), then a progress line every 10 s\n"
     )
 
 
@@ -195,7 +195,7 @@ def test_with_capture_video_the_first_lines_say_the_video_is_what_the_warm_up_wa
     ppo_run.Run(args, resumed_from=None, rank=0, world_size=1).abandon()
     assert capsys.readouterr().out == (
         "runs/Hopper-v5__ppo_continuous_action__1__1000: 10 updates of 400 steps to go; the first one warms up (--compile "
-        "builds its graph), then a progress line every 10 s; --capture-video renders each step of the episodes it "
+        "builds its graph if the run has 4,000+ minibatch steps), then a progress line every 10 s; --capture-video renders each step of the episodes it "
         "records (0, 1, 8, 27, ...), which slows them (MuJoCo without a GPU: minutes for the first update)\n"
     )
     log = RunLog(args, "runs/run", None, rank=0, world_size=1)
