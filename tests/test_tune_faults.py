@@ -290,10 +290,11 @@ def test_a_worker_elsewhere_never_takes_a_live_workers_queued_trial_for_dead(tmp
                          stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         storage, deadline = tune.open_storage(str(tmp_path / "study.journal"), tmp_path), time.time() + 120
-        while time.time() < deadline and len(running(storage)) < 2:
+        # a trial is running from its pop off the queue, before tune.py draws its flags: wait for both trials' values
+        while time.time() < deadline and sum("num_envs" in t.params for t in running(storage)) < 2:
             time.sleep(0.2)
         held = running(storage)
-        assert len({t.params["num_envs"] for t in held}) == 2, [t.params for t in held]  # two batches, one queued
+        assert len({t.params.get("num_envs") for t in held}) == 2, [t.params for t in held]  # two batches, one queued
         taken = max(t.user_attrs["heartbeat"] for t in held)
         while time.time() < deadline + 60 and time.time() - taken < grace + 1:  # until past --grace since A took them
             time.sleep(0.2)
