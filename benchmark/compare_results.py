@@ -1,6 +1,7 @@
 """Two results folders of the same tasks side by side (each one's committed data/, as benchmark/report.py keeps it):
 per task, each folder's mean ± sample std (ddof 1) over seeds of the score (the mean return of a run's last episodes,
-as the report scores it), its seeds' scores, and whether the second folder's mean lies within the first's seeds' range.
+as the report scores it), its seeds' scores, whether the second folder's mean lies within the first's seeds' range,
+and the second's mean minus the first's with its 95% percentile-bootstrap interval (each folder's seeds resampled).
 
     python benchmark/compare_results.py benchmark/results/mujoco benchmark/results/mujoco-seeds --variant default
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 from report import read_data, summarize  # beside this file
+from report_stats import difference_interval
 
 
 def scores(folder: Path, variant: str, last: int):
@@ -42,16 +44,18 @@ def main(argv=None):
     lines = [
         (
             f"| task | {names[0]}: mean ± sample std (seeds) | {names[1]}: mean ± sample std (seeds) | "
-            f"{names[1]}'s mean within {names[0]}'s seeds' range |"
+            f"{names[1]}'s mean within {names[0]}'s seeds' range | {names[1]} - {names[0]} [95% CI] |"
         ),
-        "| --- | ---: | ---: | --- |",
+        "| --- | ---: | ---: | --- | ---: |",
     ]
     for env_id in sorted(set(first["env_id"]) & set(second["env_id"])):
         a, b = (runs[runs["env_id"] == env_id].sort_values("seed") for runs in (first, second))
         cells = [f"{mean_std(r['score'])} ({', '.join(map(short, r['score']))})" for r in (a, b)]
         low, high, mean = a["score"].min(), a["score"].max(), b["score"].mean()
         where = "yes" if low <= mean <= high else ("above" if mean > high else "below")
-        lines.append(f"| {env_id} | {cells[0]} | {cells[1]} | {where} ({short(low)} to {short(high)}) |")
+        d_low, d_high = difference_interval(b["score"], a["score"])
+        difference = f"{short(mean - a['score'].mean())} [{short(d_low)}, {short(d_high)}]"
+        lines.append(f"| {env_id} | {cells[0]} | {cells[1]} | {where} ({short(low)} to {short(high)}) | {difference} |")
     print("\n".join(lines))
     return lines
 

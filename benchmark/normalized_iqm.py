@@ -4,6 +4,8 @@ scores against its base (gymnasium's) across tasks whose returns have unlike sca
 
     python benchmark/normalized_iqm.py benchmark/results/mujoco-envpool --base gymnasium --variant envpool \\
         --random benchmark/results/table1/data/random.csv
+    python benchmark/normalized_iqm.py benchmark/results/mujoco-99 --base-results benchmark/results/mujoco \\
+        --base default --variant default --random benchmark/results/table1/data/random.csv   # a rerun against a table
 
 RESULTS is a report folder (its data/, as benchmark/report.py writes it); a run's score is report.py's (the mean of its
 last --last episodes); the random policy's score is the mean return of its episodes in --random
@@ -27,16 +29,24 @@ def main(argv=None):
     parser.add_argument("--variant", required=True, help="the variant set against it")
     parser.add_argument("--random", type=Path, required=True, help="the random policy's episodes (env_id, return)")
     parser.add_argument("--last", type=int, default=100, help="episodes at the end of each run that make its score")
+    parser.add_argument("--base-results", type=Path, help="a report folder to read --base from (RESULTS: --variant)")
     args = parser.parse_args(argv)
-    tables = read_data(args.results / "data")
-    if tables is None:
-        parser.error(f"{args.results} has no data/runs.csv; pass a report folder (benchmark/report.py --output writes one)")
+    folders = [args.results] + ([args.base_results] if args.base_results else [])
+    tables = [read_data(folder / "data") for folder in folders]
+    for folder, table in zip(folders, tables):
+        if table is None:
+            parser.error(f"{folder} has no data/runs.csv; pass a report folder (benchmark/report.py --output writes one)")
     if not args.random.is_file():
         parser.error(f"--random {args.random}: no such file; benchmark/random_scores.py --output writes one")
     random = pd.read_csv(args.random)
     if not {"env_id", "return"} <= set(random.columns):
         parser.error(f"--random {args.random} has no env_id and return columns; pass benchmark/random_scores.py's CSV")
-    runs, random = summarize(tables, args.last), random.groupby("env_id")["return"].mean()
+    runs, random = summarize(tables[0], args.last), random.groupby("env_id")["return"].mean()
+    if args.base_results:  # the base's runs from the other folder, named apart from the variant's (they may share a name)
+        base_runs = summarize(tables[1], args.last)
+        args.base = f"{args.base} ({args.base_results.name})"
+        base_runs = base_runs[base_runs.variant == args.base.rsplit(" (", 1)[0]].assign(variant=args.base)
+        runs = pd.concat([base_runs, runs[runs.variant == args.variant]])
     tasks = sorted(set(runs[runs.variant == args.base].env_id) & set(runs[runs.variant == args.variant].env_id))
     missing = [task for task in tasks if task not in random.index]
     if not tasks or missing:

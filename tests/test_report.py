@@ -691,6 +691,9 @@ def test_compare_results_puts_two_folders_side_by_side():
     header, _, *rows = compare_results.main([str(folder), str(folder)])
     assert header.count(": mean ± sample std (seeds) |") == 2
     assert len(rows) == 7 and all("| yes (" in row for row in rows)
+    for row in rows:  # the folder minus itself: 0, within an interval that holds 0
+        low, high = (float(v) for v in row.rstrip(" |").rsplit("| ", 1)[1].split("[")[1].rstrip("]").split(", "))
+        assert row.rstrip(" |").rsplit("| ", 1)[1].startswith("0.0 [") and low <= 0 <= high, row
     episodes = pd.read_csv(folder / "data" / "episodes.csv.gz")
     cheetah = episodes[episodes["env_id"] == "HalfCheetah-v5"].sort_values("step")
     by_seed = [seed["episodic_return"].to_numpy()[-100:].mean() for _, seed in cheetah.groupby("seed")]
@@ -783,6 +786,20 @@ def test_normalized_iqm_scales_each_task_from_random_to_the_bases_mean(tmp_path,
             span = base_mean - random_return
             normalized += [(scores[env_id, variant, seed] - random_return) / span for seed in (1, 2, 3, 4)]
         assert f"| {trim_mean(normalized, 0.25):.2f} [" in table[variant], table[variant]
+
+    # the base read from another folder (--base-results: a rerun against a committed table), the variant from RESULTS
+    for folder, variant in (("base-only", "base"), ("other-only", "other")):
+        (tmp_path / folder / "data").mkdir(parents=True)
+        episodes[episodes.variant == variant].to_csv(tmp_path / folder / "data" / "episodes.csv.gz", index=False)
+        runs[runs.variant == variant].assign(sps=1.0, seconds=1.0, commit="x", machine="m").to_csv(
+            tmp_path / folder / "data" / "runs.csv", index=False
+        )
+    assert normalized_iqm.main([str(tmp_path / "other-only"), "--base-results", str(tmp_path / "base-only"),
+                                "--base", "base", "--variant", "other", "--random", str(tmp_path / "random.csv"),
+                                "--last", "2"]) == 0  # fmt: skip
+    apart = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines()}
+    assert apart["base (base-only)"].split(" | ")[1:] == table["base"].split(" | ")[1:]
+    assert apart["other"] == table["other"]
 
 
 @needs("rliable")
