@@ -74,18 +74,14 @@ def compiled_step(loss_fn, plain_step, agent, optimizer, max_grad_norm, world_si
         state = [adam_state(optimizer, p) for p in params]
         lr = torch.tensor(group["lr"], device=device)  # G6 changes it each update: a tensor, so the graph is built once
         tensors = [torch.tensor(a, device=device) if isinstance(a, float) else a for a in (clip_coef, kl_beta)]
-        try:
-            with torch.no_grad():
-                return step_graph(
-                    [p.detach() for p in params], [s["exp_avg"] for s in state], [s["exp_avg_sq"] for s in state],
-                    [s["step"] for s in state], lr, mb, args_, *tensors,
-                )  # fmt: skip
-        except Exception as e:
-            if not is_build_failure(e):
-                raise
-            compiled[0] = False
-            say_build_failed(e)
-            return plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, world_size_)
+        return graph_or_plain(
+            compiled,
+            lambda: step_graph(
+                [p.detach() for p in params], [s["exp_avg"] for s in state], [s["exp_avg_sq"] for s in state],
+                [s["step"] for s in state], lr, mb, args_, *tensors,
+            ),
+            lambda: plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, world_size_),
+        )  # fmt: skip
 
     return step
 
@@ -124,23 +120,33 @@ def compiled_agents_step(loss_fn, plain_step, agent, optimizer, clip_fn, device)
             return plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, running, backward=backward)
         (lr, eps), k = groups.pop(), len(params)
         steps = list(optimizer.steps[:1].repeat(k).unbind())  # copies, which Adam counts up
-        try:
-            with torch.no_grad():
-                stats = step_graph(
-                    [p.detach() for p in params], optimizer.exp_avgs, optimizer.exp_avg_sqs, steps,
-                    torch.tensor(lr, device=device), eps, args_.max_grad_norm, mb, args_, clip_coef, kl_beta,
-                )  # fmt: skip
-        except Exception as e:
-            if not is_build_failure(e):
-                raise
-            compiled[0] = False
-            say_build_failed(e)
-            return plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, running, backward=backward)
-        optimizer.steps += 1
-        optimizer.counts += 1
-        return stats
+        def graph_step():
+            stats = step_graph(
+                [p.detach() for p in params], optimizer.exp_avgs, optimizer.exp_avg_sqs, steps,
+                torch.tensor(lr, device=device), eps, args_.max_grad_norm, mb, args_, clip_coef, kl_beta,
+            )  # fmt: skip
+            optimizer.steps += 1
+            optimizer.counts += 1
+            return stats
+
+        plain = lambda: plain_step(agent_, optimizer_, mb, args_, clip_coef, kl_beta, running, backward=backward)
+        return graph_or_plain(compiled, graph_step, plain)
 
     return step
+
+
+def graph_or_plain(compiled, graph_call, plain_call):
+    """graph_call() without autograd's recording; where inductor fails to build its graph, a warning, compiled[0] set to
+    False (the later steps go plain at once) and plain_call()."""
+    try:
+        with torch.no_grad():
+            return graph_call()
+    except Exception as e:
+        if not is_build_failure(e):
+            raise
+        compiled[0] = False
+        say_build_failed(e)
+        return plain_call()
 
 
 def adam_state(optimizer, p):
