@@ -16,12 +16,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "checkpoints"
 SCRIPTS = ["ppo", "ppo_continuous_action"]
-NEW_FLAG = "    value_norm: bool = False  # (V1) a flag added after the fixture was written; off: as before\n"
-NOTE = re.compile(r"was written before (--[\w-]+ )*--value-norm( --[\w-]+)* existed; it loads with (.+, )?--value-norm False")
+NEW_FLAG = "    probe_flag: bool = False  # (V1) a flag added after the fixture was written; off: as before\n"
+NOTE = re.compile(r"was written before (--[\w-]+ )*--probe-flag( --[\w-]+)* existed; it loads with (.+, )?--probe-flag False")
 
 
 def notes(err):
-    """The lines of `err` that say the checkpoint loads --value-norm at its default (among the flags added since)."""
+    """The lines of `err` that say the checkpoint loads --probe-flag at its default (among the flags added since)."""
     return [line for line in err.splitlines() if NOTE.search(line)]
 
 
@@ -81,13 +81,13 @@ def test_a_checkpoint_from_before_a_flag_plays_and_resumes_with_its_default(tmp_
     assert code == 0, err
     assert len(notes(err)) == 1, err
     resumed = torch.load(checkpoint, weights_only=True)  # the finished run's agent.pt, written by the later version
-    assert resumed["iteration"] == 2 and resumed["args"]["value_norm"] is False
+    assert resumed["iteration"] == 2 and resumed["args"]["probe_flag"] is False
 
-    # that checkpoint holds --value-norm, which today's script does not know: refused in one line, the file kept
+    # that checkpoint holds --probe-flag, which today's script does not know: refused in one line, the file kept
     before = checkpoint.read_bytes()
     code, out, err = run(ROOT / f"{name}.py", tmp_path, "--eval-checkpoint", str(checkpoint))
     assert code == 1 and err.strip().splitlines() == [
         f"error: --eval-checkpoint {checkpoint} was written by another version of {name}.py, with flags this one does not "
-        "have (--value-norm); load it with the version that wrote it"
+        "have (--probe-flag); load it with the version that wrote it"
     ], err
     assert checkpoint.read_bytes() == before

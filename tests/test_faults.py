@@ -426,7 +426,7 @@ def edited(checkpoint):
         "num_envs 0": lambda c: c["args"].update(num_envs=0),
         "iteration -5": lambda c: c.update(iteration=-5),
         "step of another update": lambda c: c.update(global_step=640),
-        "flag unknown": lambda c: c["args"].update(value_norm=True),
+        "flag unknown": lambda c: c["args"].update(probe_unknown_flag=True),
         "bad exp name": lambda c: c["args"].update(exp_name="../../pwned"),
         "num_envs a bool": lambda c: c["args"].update(num_envs=True),
         "vector_env not one of its choices": lambda c: c["args"].update(vector_env="threads"),
@@ -451,7 +451,7 @@ DAMAGED = [
     ("iteration -5", "holds iteration -5, which no run reaches"),
     ("step of another update", "holds step 640 after update 1"),
     ("flag unknown", "was written by another version of ppo_continuous_action.py, with flags this one does not have "
-                     "(--value-norm)"),
+                     "(--probe-unknown-flag)"),
     ("bad exp name", "holds flags this script refuses: --exp-name '../../pwned': pass one folder name"),
     ("num_envs a bool", "holds --num-envs True, which is not int"),
     ("vector_env not one of its choices", "holds --vector-env 'threads', which is not Literal['sync', 'async', 'envpool']"),

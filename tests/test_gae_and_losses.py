@@ -1,6 +1,6 @@
 """The algorithm pieces every script shares (G1-G4, G2 without GAE), against hand-computed cases, the paper's formulas
 and stable-baselines3's RolloutBuffer as an independent implementation. Each test runs once per distinct text of these
-pieces among the scripts (the six share them byte for byte, as tests/test_layout.py checks: once, on ppo.py); a script
+pieces among the scripts (the six share them byte for byte, as tests/family_report.py reports: once, on ppo.py); a script
 whose pieces read otherwise (a changed copy, say) is tested on its own."""
 
 import ast
