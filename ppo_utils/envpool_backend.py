@@ -10,16 +10,15 @@ from gymnasium.vector import AutoresetMode
 
 
 class EnvpoolPool(gym.vector.VectorEnv):
-    """What every backend shares. envpool's pool (self.pool, made by make_pool(seed)) autoresets an env on the step
-    after its episode ends, returning that episode's last observation or the new one's first and ignoring the action;
-    here a done env is reset at once by a step of the done envs alone, so that, as with gymnasium's SAME_STEP, every
-    step the agent takes is a transition of a running episode, the step that ends one returns the next one's first
-    observation, its last one is in infos["final_obs"], and the episode's return and length are in
-    infos["final_info"]["episode"], as RecordEpisodeStatistics gives them. Each pool is in envpool's sync mode
-    (batch_size = num_envs), which returns the envs in the order they were sent. envpool takes seeds when a pool is
-    made, so reset(seed=...) makes the pool again (where makes_again says so); a reset after close() makes one as the
-    constructor did, or with the seed it is given. A subclass sets the spaces (set_spaces) and may change the
-    observations, the rewards and ends the statistics count, and a new episode's first observations."""
+    """What every backend shares. envpool's pool (self.pool, made by make_pool(seed)) resets an env on the step after
+    its episode ends, ignoring that step's action; here a done env is reset at once by a step of the done envs alone,
+    so that, as with gymnasium's SAME_STEP, every step the agent takes is a transition of a running episode, the step
+    that ends one returns the next one's first observation, its last one is in infos["final_obs"], and the episode's
+    return and length are in infos["final_info"]["episode"], as RecordEpisodeStatistics gives them. Each pool is in
+    envpool's sync mode (batch_size = num_envs), which returns the envs in the order they were sent. envpool takes
+    seeds when a pool is made, so reset(seed=...) makes the pool again (where makes_again says so); a reset after
+    close() makes one as the constructor did, or with the seed it is given. A subclass sets the spaces (set_spaces) and
+    may change the observations, the rewards and ends the statistics count, and a new episode's first observations."""
 
     def start(self, num_envs, seed):
         """seed: the pool's, which is made now; None: made at the first reset."""
