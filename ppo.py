@@ -125,7 +125,7 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
-    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
+    """G9: orthogonal weights scaled by `std`, constant biases; ortho=False keeps PyTorch's default init."""
     if ortho:
         torch.nn.init.orthogonal_(layer.weight, std)
         torch.nn.init.constant_(layer.bias, bias_const)
@@ -166,12 +166,15 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
-    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
-    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
-    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values. The scan
-    runs in numpy on the host (a torch op per step costs 5x as much; the float32 arithmetic is the same)."""
+    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the
+    first observation of a new episode (step t-1 ended one); next_done is the same for the observation after
+    the rollout, whose value next_value bootstraps the segment. gae=False: n-step returns, and advantages the
+    returns minus the values. The scan runs in numpy on the host (a torch op per step costs 5x as much; the
+    float32 arithmetic is the same)."""
     device = values.device
-    rewards, values, dones, next_value, next_done = (x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done))
+    rewards, values, dones, next_value, next_done = (
+        x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done)
+    )
     num_steps = rewards.shape[0]
     if gae:
         advantages = np.zeros_like(rewards)
@@ -193,27 +196,32 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 
 
 def normalize_advantages(advantages):
-    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's
-    numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
+    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
+    reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64
+    samples, 0.2% for 256."""
+    return (advantages - advantages.mean(-1, keepdim=True)) / (
+        advantages.std(-1, keepdim=True) + 1e-8
+    )
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
-    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last axis.
-    The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased,
-    with the exact KL's gradient in expectation."""
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last
+    axis. The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions:
+    non-negative, unbiased, with the exact KL's gradient in expectation."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
     if surrogate == "clip":
-        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
+        return torch.max(
+            pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+        ).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
 
 
 def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
-    """G4: half the squared error (its mean over the last axis); clip_vloss: the larger of the plain and the clipped errors."""
+    """G4: half the squared error (mean over the last axis); clip_vloss: the larger of plain and clipped."""
     v_loss = (newvalue - returns) ** 2
     if clip_vloss:
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
@@ -231,8 +239,8 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
 
 
 def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
-    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged statistics;
-    KL estimates and clip fraction carry no gradient."""
+    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged
+    statistics; KL estimates and clip fraction carry no gradient."""
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
     logratio = newlogprob - mb["logprobs"]
     with torch.no_grad():
@@ -240,13 +248,23 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         old_approx_kl = (-logratio).mean(-1)
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
-    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
-    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
+    pg_loss = policy_loss(
+        newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta
+    )
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
-    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
-    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = {
+        "policy_loss": pg_loss.detach(),
+        "value_loss": v_loss.detach(),
+        "entropy": entropy_loss.detach(),
+    }
+    return loss, stats | {
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
+    }
 
 
 def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
@@ -256,42 +274,53 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
     return mb_stats
 
 
-def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
-    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a run long
-    enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled graph (under torchrun,
-    X2, the gradients alone)."""
+def minibatch_step(
+    agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward
+):
+    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a
+    run long enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled
+    graph (under torchrun, X2, the gradients alone)."""
     optimizer.zero_grad()
-    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients
-    average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
+    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)
+    average_gradients(agent.parameters(), world_size)  # X2
     if args.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
     optimizer.step()
     return mb_stats
 
 
-def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
-    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). step: minibatch_step
-    or its twin compiled by --compile. Returns ppo_loss's statistics by name, each the mean over all minibatches of all
-    epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
+def update_policy(
+    agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step
+):
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). step:
+    minibatch_step or its twin compiled by --compile. Returns ppo_loss's statistics by name, each the mean
+    over all minibatches of all epochs (as the reference logs them), as tensors (no device sync here, except
+    for X3), and "epochs", the epochs run."""
     b_inds = np.arange(args.batch_size)
-    all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
+    all_mb_stats = []
     for epoch in range(args.update_epochs):
         np.random.shuffle(b_inds)
         order = torch.as_tensor(b_inds, device=batch["obs"].device)
-        shuffled = {key: value[order] for key, value in batch.items()}  # gathered once; each minibatch a view of it
+        # gathered once; each minibatch a view of it
+        shuffled = {key: value[order] for key, value in batch.items()}
         for start in range(0, args.batch_size, args.minibatch_size):
-            mb = {key: value[start : start + args.minibatch_size] for key, value in shuffled.items()}
+            mb = {
+                key: value[start : start + args.minibatch_size] for key, value in shuffled.items()
+            }
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
+        if (
+            args.target_kl is not None
+            and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl
+        ):
             break
     return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
 
 def batch_kl(agent, batch):
-    """The estimate of KL[pi_old, pi] over the whole batch (its last axis), measured after an update (for kl-adaptive)."""
+    """KL[pi_old, pi] estimated over the whole batch (its last axis) after an update (for kl-adaptive)."""
     with torch.no_grad():
         _, newlogprob, _, _ = agent.get_action_and_value(batch["obs"], batch["actions"])
         logratio = newlogprob - batch["logprobs"]
@@ -299,20 +328,22 @@ def batch_kl(agent, batch):
 
 
 def truncation_bootstrap(agent, infos, terminations, truncations, gamma):
-    """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others."""
+    """B1: gamma * V(final observation) for the envs the time limit cut short, 0 for the others."""
     device = next(agent.parameters()).device
     cut = truncations & ~terminations
     bonus = np.zeros(len(cut), dtype=np.float32)
     if cut.any():
-        final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
+        final_obs = torch.as_tensor(
+            np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device
+        )
         with torch.inference_mode():
-            bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()  # device sync
+            bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()
     return bonus
 
 
 def act(agent, envs, args: Args, next_obs, next_done, state=None):
-    """--eval-checkpoint's step (ppo_utils.run.evaluate calls it): the action train() samples for the observations an env
-    step returned, as envs.step takes it, and the recurrent state after it in a script that has one."""
+    """--eval-checkpoint's step (ppo_utils.run.evaluate calls it): the action train() samples for an env
+    step's observations, as envs.step takes it, and the recurrent state after it (where a script has one)."""
     device = next(agent.parameters()).device
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
     with torch.inference_mode():

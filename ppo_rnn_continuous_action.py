@@ -167,67 +167,79 @@ def make_env(args: Args, idx: int, video_folder: str | None):
             env = gym.wrappers.RecordVideo(env, video_folder)
         else:
             env = gym.make(args.env_id)
-        if args.mask_velocity:  # position-only observations
+        if args.mask_velocity:
             keep, space = list(POSITIONS[args.env_id]), env.observation_space
             space = gym.spaces.Box(space.low[keep], space.high[keep], dtype=space.dtype)
             env = gym.wrappers.TransformObservation(env, lambda obs: obs[keep], space)
-        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real episode's return, before any scaling
-        if args.norm_per_env and args.norm_obs:  # M1, M2 in this env alone (CleanRL's placement)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the episode's return, before any scaling
+        if args.norm_per_env and args.norm_obs:  # M1, M2 per env (CleanRL's placement)
             env = gym.wrappers.NormalizeObservation(env)
             if args.clip_obs > 0:
                 clip = lambda obs: np.clip(obs, -args.clip_obs, args.clip_obs)
                 env = gym.wrappers.TransformObservation(env, clip, env.observation_space)
-        if args.norm_per_env and args.norm_reward:  # M3, M4 in this env alone
+        if args.norm_per_env and args.norm_reward:  # M3, M4 per env
             env = gym.wrappers.NormalizeReward(env, gamma=args.gamma)
-            env = gym.wrappers.ClipReward(env, -args.clip_reward, args.clip_reward) if args.clip_reward > 0 else env
+            env = (
+                gym.wrappers.ClipReward(env, -args.clip_reward, args.clip_reward)
+                if args.clip_reward > 0
+                else env
+            )
         return env
 
     return thunk
 
 
 def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
-    """The parallel envs (G10) and the reference's vector-level wrappers, in the reference's order."""
-    if args.vector_env == "envpool":  # the task in envpool's C++, as a gymnasium vector env with SAME_STEP autoreset
-        envs = EnvpoolMujoco(args.env_id, args.num_envs, list(POSITIONS[args.env_id]) if args.mask_velocity else None)
+    """The parallel envs (G10) and the reference's vector-level wrappers, in the reference's order. Autoreset
+    is SAME_STEP, as the reference's VecEnv: a step that ends an episode returns the next one's first
+    observation (its last one is in infos["final_obs"]), so every stored step is a real transition."""
+    if args.vector_env == "envpool":
+        envs = EnvpoolMujoco(
+            args.env_id, args.num_envs, list(POSITIONS[args.env_id]) if args.mask_velocity else None
+        )
     else:
         thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
-        vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-        # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
-        # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
+        vector_env = (
+            gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
+        )
         envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
     if args.clip_action:
         envs = gym.wrappers.vector.ClipAction(envs)  # M8
     if args.norm_per_env:
-        return envs  # M1-M4 are inside each env (make_env)
+        return envs  # M1-M4 are in each env (make_env)
     if args.norm_obs:
         envs = NormalizeObservation(envs, clip=args.clip_obs)  # M1, M2
     if args.norm_reward:
-        # M3 as gymnasium does it, unlike the reference at a termination only: the discounted return restarts before the
-        # terminating step's reward is added to the statistics, the reference's after (time-limit ends are the same)
-        envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)  # M3
-        envs.return_rms = RunningMeanStd(shape=())  # its statistics, updated faster (ppo_utils/lean.py)
+        # M3 as gymnasium does it, unlike the reference at a termination only: the discounted return restarts
+        # before the terminating step's reward counts, the reference's after it (time-limit ends are the same)
+        envs = gym.wrappers.vector.NormalizeReward(envs, gamma=args.gamma)
+        envs.return_rms = RunningMeanStd(shape=())  # updated faster (ppo_utils/lean.py)
     if args.norm_reward and args.clip_reward > 0:
         envs = gym.wrappers.vector.ClipReward(envs, -args.clip_reward, args.clip_reward)  # M4
     return envs
 
 
 class NormalizeObservation(gym.vector.VectorWrapper):
-    """M1 and M2 as the reference's VecNormalize does them: one running mean/variance shared by all envs, updated with
-    each batch of observations the agent sees, then clipping. gymnasium's own vector NormalizeObservation refuses the
-    SAME_STEP autoreset used here, and would leave infos["final_obs"] unnormalized: this one normalizes it with the
-    same statistics (without counting it, as the reference never sees it), so that B1 bootstraps from what the value
-    network was trained on."""
+    """M1 and M2 as the reference's VecNormalize does them: one running mean/variance shared by all envs,
+    updated with each batch of observations the agent sees, then clipping. gymnasium's own vector
+    NormalizeObservation refuses the SAME_STEP autoreset used here, and would leave infos["final_obs"]
+    unnormalized: this one normalizes it with the same statistics (without counting it, as the reference never
+    sees it), so that B1 bootstraps from what the value network was trained on."""
 
     def __init__(self, env: gym.vector.VectorEnv, clip: float, epsilon: float = 1e-8):
         super().__init__(env)
-        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, env.single_observation_space.shape, np.float32)
-        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
+        self.single_observation_space = gym.spaces.Box(
+            -np.inf, np.inf, env.single_observation_space.shape, np.float32
+        )
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, env.num_envs
+        )
         self.obs_rms = RunningMeanStd(shape=env.single_observation_space.shape)
         self.clip, self.epsilon, self.update_running_mean = clip, epsilon, True
 
     def normalize(self, obs):
         obs = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
-        return (np.clip(obs, -self.clip, self.clip) if self.clip > 0 else obs).astype(np.float32)  # M2
+        return (np.clip(obs, -self.clip, self.clip) if self.clip > 0 else obs).astype(np.float32)
 
     def reset(self, **kwargs):
         obs, infos = self.env.reset(**kwargs)
@@ -248,7 +260,7 @@ class NormalizeObservation(gym.vector.VectorWrapper):
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
-    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
+    """G9: orthogonal weights scaled by `std`, constant biases; ortho=False keeps PyTorch's default init."""
     if ortho:
         torch.nn.init.orthogonal_(layer.weight, std)
         torch.nn.init.constant_(layer.bias, bias_const)
@@ -342,12 +354,15 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
-    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
-    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
-    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values. The scan
-    runs in numpy on the host (a torch op per step costs 5x as much; the float32 arithmetic is the same)."""
+    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the
+    first observation of a new episode (step t-1 ended one); next_done is the same for the observation after
+    the rollout, whose value next_value bootstraps the segment. gae=False: n-step returns, and advantages the
+    returns minus the values. The scan runs in numpy on the host (a torch op per step costs 5x as much; the
+    float32 arithmetic is the same)."""
     device = values.device
-    rewards, values, dones, next_value, next_done = (x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done))
+    rewards, values, dones, next_value, next_done = (
+        x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done)
+    )
     num_steps = rewards.shape[0]
     if gae:
         advantages = np.zeros_like(rewards)
@@ -369,27 +384,32 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 
 
 def normalize_advantages(advantages):
-    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's
-    numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
+    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
+    reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64
+    samples, 0.2% for 256."""
+    return (advantages - advantages.mean(-1, keepdim=True)) / (
+        advantages.std(-1, keepdim=True) + 1e-8
+    )
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
-    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last axis.
-    The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased,
-    with the exact KL's gradient in expectation."""
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last
+    axis. The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions:
+    non-negative, unbiased, with the exact KL's gradient in expectation."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
     if surrogate == "clip":
-        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
+        return torch.max(
+            pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+        ).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
 
 
 def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
-    """G4: half the squared error (its mean over the last axis); clip_vloss: the larger of the plain and the clipped errors."""
+    """G4: half the squared error (mean over the last axis); clip_vloss: the larger of plain and clipped."""
     v_loss = (newvalue - returns) ** 2
     if clip_vloss:
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
@@ -407,27 +427,39 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
 
 
 def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
-    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged statistics;
-    KL estimates and clip fraction carry no gradient."""
-    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(mb["obs"], mb["state"], mb["dones"], mb["actions"])
+    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged
+    statistics; KL estimates and clip fraction carry no gradient."""
+    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+        mb["obs"], mb["state"], mb["dones"], mb["actions"]
+    )
     logratio = newlogprob - mb["logprobs"]
     with torch.no_grad():
         ratio = logratio.exp()
         old_approx_kl = (-logratio).mean(-1)
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
-    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
-    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
+    pg_loss = policy_loss(
+        newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta
+    )
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
-    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
-    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    stats = {
+        "policy_loss": pg_loss.detach(),
+        "value_loss": v_loss.detach(),
+        "entropy": entropy_loss.detach(),
+    }
+    return loss, stats | {
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
+    }
 
 
 def env_minibatches(num_steps, num_envs, num_minibatches):
-    """B3: minibatches of whole env sequences: the envs are shuffled and split, each minibatch takes all steps of its
-    envs. Yields (env indices, flat batch indices in time-major order)."""
+    """B3: minibatches of whole env sequences: the envs are shuffled and split, each minibatch takes all steps
+    of its envs. Yields (env indices, flat batch indices in time-major order)."""
     env_inds = np.arange(num_envs)
     np.random.shuffle(env_inds)
     flat_inds = np.arange(num_steps * num_envs).reshape(num_steps, num_envs)
@@ -442,55 +474,71 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
     return mb_stats
 
 
-def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
-    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a run long
-    enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled graph (under torchrun,
-    X2, the gradients alone)."""
+def minibatch_step(
+    agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward
+):
+    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a
+    run long enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled
+    graph (under torchrun, X2, the gradients alone)."""
     optimizer.zero_grad()
-    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients
-    average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
+    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)
+    average_gradients(agent.parameters(), world_size)  # X2
     if args.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
     optimizer.step()
     return mb_stats
 
 
-def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
-    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()), each minibatch the
-    sequences of whole envs (B3). step: minibatch_step. Returns ppo_loss's statistics by name, each the mean over all
-    minibatches of all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
-    all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
+def update_policy(
+    agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step
+):
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()), each
+    minibatch the sequences of whole envs (B3). step: minibatch_step. Returns ppo_loss's statistics by name,
+    each the mean over all minibatches of all epochs (as the reference logs them), as tensors (no device sync
+    here, except for X3), and "epochs", the epochs run."""
+    all_mb_stats = []
     for epoch in range(args.update_epochs):
-        for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
+        for mb_env_inds, mb_inds in env_minibatches(
+            args.num_steps, args.num_envs, args.num_minibatches
+        ):
             mb = {key: value[mb_inds] for key, value in batch.items() if key != "state"}
             mb["state"] = batch["state"][:, mb_env_inds]
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
+        if (
+            args.target_kl is not None
+            and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl
+        ):
             break
     return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
 
 def batch_kl(agent, batch):
-    """The estimate of KL[pi_old, pi] over the whole batch (its last axis), measured after an update (for kl-adaptive)."""
+    """KL[pi_old, pi] estimated over the whole batch (its last axis) after an update (for kl-adaptive)."""
     with torch.no_grad():
-        _, newlogprob, _, _, _ = agent.get_action_and_value(batch["obs"], batch["state"], batch["dones"], batch["actions"])
+        _, newlogprob, _, _, _ = agent.get_action_and_value(
+            batch["obs"], batch["state"], batch["dones"], batch["actions"]
+        )
         logratio = newlogprob - batch["logprobs"]
         return ((logratio.exp() - 1) - logratio).mean(-1)
 
 
 def truncation_bootstrap(agent, state, infos, terminations, truncations, gamma):
-    """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others."""
+    """B1: gamma * V(final observation) for the envs the time limit cut short, 0 for the others."""
     device = next(agent.parameters()).device
     cut = truncations & ~terminations
     bonus = np.zeros(len(cut), dtype=np.float32)
     if cut.any():
-        final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
+        final_obs = torch.as_tensor(
+            np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device
+        )
         with torch.inference_mode():
-            no_reset = torch.zeros(int(cut.sum()), device=device)  # B3: it continues the episode, from `state`
-            bonus[cut] = gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()  # device sync
+            no_reset = torch.zeros(int(cut.sum()), device=device)  # B3: the episode goes on
+            bonus[cut] = (
+                gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()
+            )
     return bonus
 
 
