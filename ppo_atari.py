@@ -107,9 +107,7 @@ class Args:
         "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
     }
     observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}
-    warm_up: ClassVar[dict] = {
-        "compile": "--compile builds its graph if the run has 150+ minibatch steps"
-    }
+    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph if the run has 150+ minibatch steps"}
 
     @property
     def batch_size(self) -> int:
@@ -129,13 +127,10 @@ class Args:
         for the first misfit (flag_checks.check_args calls it, then checks every script's batch)."""
         if self.gray_after_resize and not self.warp_frame:
             raise ArgError(
-                "--gray-after-resize changes A5's warp, which --no-warp-frame turns off; "
-                "drop one of the two"
+                "--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two"
             )
         if self.vector_env == "envpool":  # G10
-            check_envpool(
-                self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize
-            )
+            check_envpool(self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize)
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -189,9 +184,7 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
             reward_clip=args.clip_reward_sign,  # A7
         )
     thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
-    vector_env = (
-        gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-    )
+    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
     return vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
@@ -224,9 +217,7 @@ class Agent(nn.Module):
                 nn.Flatten(),
             )
             n_flat = cnn(torch.zeros(1, in_channels, height, width)).shape[1]  # 3136 for 84x84
-            return nn.Sequential(
-                *cnn, layer_init(nn.Linear(n_flat, 512), ortho=ortho), activation()
-            )
+            return nn.Sequential(*cnn, layer_init(nn.Linear(n_flat, 512), ortho=ortho), activation())
 
         self.shared_network = args.shared_network
         self.critic_body = body()
@@ -252,9 +243,7 @@ class Agent(nn.Module):
         probs = Categorical(logits=forward(self.actor, hidden), validate_args=False)
         if action is None:
             action = probs.sample()
-        value = forward(
-            self.critic, hidden if self.shared_network else forward(self.critic_body, x)
-        )
+        value = forward(self.critic, hidden if self.shared_network else forward(self.critic_body, x))
         return action, probs.log_prob(action), probs.entropy(), value
 
 
@@ -292,9 +281,7 @@ def normalize_advantages(advantages):
     """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
     reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64
     samples, 0.2% for 256."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (
-        advantages.std(-1, keepdim=True) + 1e-8
-    )
+    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
@@ -305,9 +292,7 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
     if surrogate == "clip":
-        return torch.max(
-            pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-        ).mean(-1)
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
@@ -342,22 +327,12 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
-    pg_loss = policy_loss(
-        newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta
-    )
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = {
-        "policy_loss": pg_loss.detach(),
-        "value_loss": v_loss.detach(),
-        "entropy": entropy_loss.detach(),
-    }
-    return loss, stats | {
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-    }
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
 def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
@@ -367,9 +342,7 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
     return mb_stats
 
 
-def minibatch_step(
-    agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward
-):
+def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a
     run long enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled
     graph (under torchrun, X2, the gradients alone)."""
@@ -382,9 +355,7 @@ def minibatch_step(
     return mb_stats
 
 
-def update_policy(
-    agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step
-):
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). step:
     minibatch_step or its twin compiled by --compile. Returns ppo_loss's statistics by name, each the mean
     over all minibatches of all epochs (as the reference logs them), as tensors (no device sync here, except
@@ -397,17 +368,12 @@ def update_policy(
         # gathered once; each minibatch a view of it
         shuffled = {key: value[order] for key, value in batch.items()}
         for start in range(0, args.batch_size, args.minibatch_size):
-            mb = {
-                key: value[start : start + args.minibatch_size] for key, value in shuffled.items()
-            }
+            mb = {key: value[start : start + args.minibatch_size] for key, value in shuffled.items()}
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if (
-            args.target_kl is not None
-            and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl
-        ):
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
     return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
@@ -426,9 +392,7 @@ def truncation_bootstrap(agent, infos, terminations, truncations, gamma):
     cut = truncations & ~terminations
     bonus = np.zeros(len(cut), dtype=np.float32)
     if cut.any():
-        final_obs = torch.as_tensor(
-            np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device
-        )
+        final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
         with torch.inference_mode():
             bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()
     return bonus
@@ -451,9 +415,7 @@ def train(args: Args, stop_signals=()):
     args, checkpoint = resume_flags(args)
     check_args(args)
     rank, world_size, device = distributed_setup(args.cuda)  # X2
-    run = Run(
-        args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals
-    )
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)
     seed = rank_seed(args.seed, rank)  # X2
     random.seed(seed)
     np.random.seed(seed)
@@ -463,19 +425,14 @@ def train(args: Args, stop_signals=()):
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
-    envs = make_envs(
-        replace(args, capture_video=args.capture_video and rank == 0), run.video_folder
-    )
+    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
     fused = args.fused_adam or None
     optimizer = torch.optim.Adam(
         agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused
     )  # G11
     update_step = minibatch_step
-    if (
-        args.compile
-        and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER_CNN
-    ):
+    if args.compile and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER_CNN:
         update_step = compiled_step(
             ppo_loss, minibatch_step, agent, optimizer, args.max_grad_norm, world_size, device
         )
@@ -555,9 +512,7 @@ def train(args: Args, stop_signals=()):
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
         }
-        stats = update_policy(
-            agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step
-        )
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step)
         run.check_finite(stats, iteration, global_step)
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(
@@ -567,17 +522,12 @@ def train(args: Args, stop_signals=()):
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-        scalars = {
-            "charts/learning_rate": optimizer.param_groups[0]["lr"],
-            "charts/clip_coef": clip_coef,
-        }
+        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef}
         if args.surrogate in ("kl-fixed", "kl-adaptive"):
             scalars["charts/kl_beta"] = kl_beta
         if args.target_kl is not None:
             scalars["charts/update_epochs"] = stats["epochs"]  # X3
-        scalars |= {
-            f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"
-        }
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}
         scalars["losses/explained_variance"] = explained_var
         run.log.write(global_step, scalars)
         run.finish_update(iteration, global_step, kl_beta)
@@ -586,13 +536,7 @@ def train(args: Args, stop_signals=()):
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values}
     rollout |= {"rewards": torch.as_tensor(rewards), "dones": torch.as_tensor(dones)}
     returns, sps = run.log.episodic_returns, run.log.sps
-    return {
-        "agent": agent,
-        "run_name": run.name,
-        "episodic_returns": returns,
-        "rollout": rollout,
-        "sps": sps,
-    }
+    return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
 
 
 if __name__ == "__main__":

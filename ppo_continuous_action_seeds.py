@@ -47,14 +47,7 @@ from ppo_utils.distributed import distributed_setup
 from ppo_utils.flag_checks import check_args
 from ppo_utils.lean import RunningMeanStd
 from ppo_utils.run import finish_runs
-from ppo_utils.seeds import (
-    AgentsArgs,
-    agent_infos,
-    agent_runs,
-    check_finite,
-    check_observations,
-    check_seeds,
-)
+from ppo_utils.seeds import AgentsArgs, agent_infos, agent_runs, check_finite, check_observations, check_seeds
 from ppo_utils.seeds import check_batched_agents, finish_updates, main, resume_agents, start_agents
 
 # The parent's flags this script batches. PER_AGENT: those a --setting may set, one value per agent, each a
@@ -124,13 +117,8 @@ def make_envs(args: SeedsArgs, video_folders=None) -> gym.vector.VectorEnv:
         envs = EnvpoolMujoco(args.env_id, num_agents * args.num_envs, keep)
     else:
         envs_of_all = range(num_agents * args.num_envs)
-        thunks = [
-            make_env(args, i % args.num_envs, video_folders[i // args.num_envs])
-            for i in envs_of_all
-        ]
-        vector_env = (
-            gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-        )
+        thunks = [make_env(args, i % args.num_envs, video_folders[i // args.num_envs]) for i in envs_of_all]
+        vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
         envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
     if args.clip_action:
         envs = gym.wrappers.vector.ClipAction(envs)  # M8
@@ -153,23 +141,14 @@ class NormalizeObservation(gym.vector.VectorWrapper):
     per agent: the statistics have a leading agent axis, and agent a's envs count toward and are normalized by
     row a alone."""
 
-    def __init__(
-        self, env: gym.vector.VectorEnv, num_agents: int, clip: float, epsilon: float = 1e-8
-    ):
+    def __init__(self, env: gym.vector.VectorEnv, num_agents: int, clip: float, epsilon: float = 1e-8):
         super().__init__(env)
         self.single_observation_space = gym.spaces.Box(
             -np.inf, np.inf, env.single_observation_space.shape, np.float32
         )
-        self.observation_space = gym.vector.utils.batch_space(
-            self.single_observation_space, env.num_envs
-        )
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
         self.obs_rms = RunningMeanStd(shape=(num_agents,) + env.single_observation_space.shape)
-        self.num_agents, self.clip, self.epsilon, self.update_running_mean = (
-            num_agents,
-            clip,
-            epsilon,
-            True,
-        )
+        self.num_agents, self.clip, self.epsilon, self.update_running_mean = num_agents, clip, epsilon, True
 
     def by_agent(self, obs):
         """(num_agents * num_envs, ...) -> (num_envs, num_agents, ...): RunningMeanStd counts along axis 0."""
@@ -192,9 +171,7 @@ class NormalizeObservation(gym.vector.VectorWrapper):
         if "final_obs" in infos:
             final_obs = infos["final_obs"].copy()
             for i in np.flatnonzero(infos["_final_obs"]):
-                final_obs[i] = self.normalize(
-                    final_obs[i], agent=i * self.num_agents // self.num_envs
-                )
+                final_obs[i] = self.normalize(final_obs[i], agent=i * self.num_agents // self.num_envs)
             infos["final_obs"] = final_obs
         return (
             self.normalize(self.by_agent(obs)).swapaxes(0, 1).reshape(obs.shape),
@@ -210,18 +187,11 @@ class NormalizeReward(gym.vector.VectorWrapper):
     each env's discounted return, restarted after every episode end, and rewards divided by the running std of
     those returns), with the running variance kept per agent."""
 
-    def __init__(
-        self, env: gym.vector.VectorEnv, num_agents: int, gamma: float, epsilon: float = 1e-8
-    ):
+    def __init__(self, env: gym.vector.VectorEnv, num_agents: int, gamma: float, epsilon: float = 1e-8):
         super().__init__(env)
         self.return_rms = RunningMeanStd(shape=(num_agents,))
         self.accumulated_reward = np.zeros(env.num_envs, dtype=np.float32)
-        self.num_agents, self.gamma, self.epsilon, self.update_running_mean = (
-            num_agents,
-            gamma,
-            epsilon,
-            True,
-        )
+        self.num_agents, self.gamma, self.epsilon, self.update_running_mean = num_agents, gamma, epsilon, True
 
     def reset(self, **kwargs):
         self.accumulated_reward[:] = 0
@@ -229,9 +199,7 @@ class NormalizeReward(gym.vector.VectorWrapper):
 
     def step(self, actions):
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        self.accumulated_reward[:] = (
-            self.accumulated_reward * self.gamma * (1 - terminations) + rewards
-        )
+        self.accumulated_reward[:] = self.accumulated_reward * self.gamma * (1 - terminations) + rewards
         if self.update_running_mean:
             self.return_rms.update(self.accumulated_reward.reshape(self.num_agents, -1).T)
         self.accumulated_reward[terminations | truncations] = 0  # its next episode has begun
@@ -267,9 +235,7 @@ class Agents(nn.Module):
 
     def layer(self, name, x):  # nn.Linear `name` of every agent
         return torch.baddbmm(
-            self.weights[f"{name}_bias"].unsqueeze(1),
-            x,
-            self.weights[f"{name}_weight"].transpose(1, 2),
+            self.weights[f"{name}_bias"].unsqueeze(1), x, self.weights[f"{name}_weight"].transpose(1, 2)
         )
 
     def body(self, name, x):  # Agent's body(): two hidden layers of 64 units
@@ -315,9 +281,7 @@ def ppo_loss(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
         old_approx_kl = (-logratio).mean(-1)
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
-    mb_advantages = torch.where(
-        args.norm_adv, normalize_advantages(mb["advantages"]), mb["advantages"]
-    )
+    mb_advantages = torch.where(args.norm_adv, normalize_advantages(mb["advantages"]), mb["advantages"])
     pg_loss = [
         policy_loss(newlogprob, mb["logprobs"], mb_advantages, kind, clip_coef, kl_beta)
         for kind in SURROGATES
@@ -331,16 +295,8 @@ def ppo_loss(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
     v_loss = torch.where(args.clip_vloss, v_loss[1], v_loss[0])  # G4: each agent's own
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = {
-        "policy_loss": pg_loss.detach(),
-        "value_loss": v_loss.detach(),
-        "entropy": entropy_loss.detach(),
-    }
-    return loss.sum(), stats | {
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-    }
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss.sum(), stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
 def ppo_backward(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
@@ -405,9 +361,7 @@ def update_policy(
             running &= ~(approx_kl > args.target_kl).cpu().numpy()
             if not running.any():
                 break
-    minibatches = torch.as_tensor(epochs, device=device)[:, None] * (
-        args.batch_size // args.minibatch_size
-    )
+    minibatches = torch.as_tensor(epochs, device=device)[:, None] * (args.batch_size // args.minibatch_size)
     # (minibatches, agents, statistics), an agent's own first; ran marks them, (minibatches, agents)
     per_minibatch = torch.stack(all_mb_stats)
     ran = torch.arange(len(all_mb_stats), device=device)[:, None] < minibatches.T
@@ -424,9 +378,7 @@ def truncation_bootstrap(agent, infos, terminations, truncations, gamma):
     if cut.any():
         final_obs = np.zeros((len(cut),) + infos["final_obs"][cut][0].shape, dtype=np.float32)
         final_obs[cut] = np.stack(infos["final_obs"][cut])
-        final_obs = torch.as_tensor(final_obs, device=device).view(
-            agent.num_agents, -1, *final_obs.shape[1:]
-        )
+        final_obs = torch.as_tensor(final_obs, device=device).view(agent.num_agents, -1, *final_obs.shape[1:])
         with torch.inference_mode():
             bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()[cut]
     return bonus
@@ -459,22 +411,15 @@ def train(args: SeedsArgs, stop_signals=()):
         shufflers.append(np.random.RandomState(run.args.seed))  # its minibatch shuffles
     agent = Agents(agents)  # the one copy of the parameters; each Agent views its row
     agent_args, num_agents = AgentsArgs.of(flags, args, device), len(runs)
-    check_batched_agents(
-        envs, agents, agent, parent.ppo_loss, ppo_loss, flags, agent_args, args.script
-    )
+    check_batched_agents(envs, agents, agent, parent.ppo_loss, ppo_loss, flags, agent_args, args.script)
     lr, eps = [f.learning_rate for f in flags], [f.adam_eps for f in flags]
     optimizer = AgentsAdam(agent.parameters(), lr=lr, eps=eps, fused=args.fused_adam or None)  # G11
     update_step = minibatch_step
-    if (
-        args.compile
-        and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER
-    ):
+    if args.compile and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER:
         update_step = compiled_agents_step(
             ppo_loss, minibatch_step, agent, optimizer, clip_grad_norms, device
         )
-    last_updates = start_agents(
-        runs, agents, agent, optimizer, envs, resumed, shufflers, generators
-    )
+    last_updates = start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, generators)
     global_step, kl_beta = last_updates[0].global_step, [update.kl_beta for update in last_updates]
 
     # (step, agent, env); dones[t] = 1 where obs[t] starts an episode; rewards, dones on the host
@@ -487,9 +432,7 @@ def train(args: SeedsArgs, stop_signals=()):
     values = torch.zeros(shape, device=device)
 
     # agent a's env i: seed_a + i, plus a resumed run's step
-    next_obs, _ = envs.reset(
-        seed=[f.seed + global_step + i for f in flags for i in range(args.num_envs)]
-    )
+    next_obs, _ = envs.reset(seed=[f.seed + global_step + i for f in flags for i in range(args.num_envs)])
     check_observations(runs, envs, next_obs, global_step, args.script)
     next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(
         shape[1:] + next_obs.shape[1:]
@@ -508,33 +451,23 @@ def train(args: SeedsArgs, stop_signals=()):
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(
-                    next_obs, generators=generators
-                )
+                action, logprob, _, value = agent.get_action_and_value(next_obs, generators=generators)
             values[step] = value.squeeze(-1)
             actions[step] = action  # M8: the raw sample (ClipAction clips what the env gets)
             logprobs[step] = logprob
 
-            next_obs, reward, terminations, truncations, infos = envs.step(
-                action.flatten(0, 1).cpu().numpy()
-            )
+            next_obs, reward, terminations, truncations, infos = envs.step(action.flatten(0, 1).cpu().numpy())
             check_observations(runs, envs, next_obs, global_step, args.script)
             if args.bootstrap_truncated:
                 reward = reward + truncation_bootstrap(
                     agent, infos, terminations, truncations, args.gamma
                 )  # B1
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32).view(shape[1:])
-            next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(
-                obs.shape[1:]
-            )
-            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32).view(
-                shape[1:]
-            )
+            next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device).view(obs.shape[1:])
+            next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32).view(shape[1:])
             for i, run in enumerate(runs):
                 run.log.record_episodes(agent_infos(infos, i, args.num_envs), global_step)
-            if any(
-                [run.should_stop(last_step_of_rollout=step == args.num_steps - 1) for run in runs]
-            ):
+            if any([run.should_stop(last_step_of_rollout=step == args.num_steps - 1) for run in runs]):
                 break
         if runs[0].stopping:
             break  # the unfinished rollout is dropped
@@ -553,12 +486,8 @@ def train(args: SeedsArgs, stop_signals=()):
             )
 
         batch = {  # as the parent flattens it, per agent: (agent, step * env, ...)
-            "obs": obs.transpose(0, 1).reshape(
-                (num_agents, -1) + envs.single_observation_space.shape
-            ),
-            "actions": actions.transpose(0, 1).reshape(
-                (num_agents, -1) + envs.single_action_space.shape
-            ),
+            "obs": obs.transpose(0, 1).reshape((num_agents, -1) + envs.single_observation_space.shape),
+            "actions": actions.transpose(0, 1).reshape((num_agents, -1) + envs.single_action_space.shape),
             "logprobs": logprobs.transpose(0, 1).reshape(num_agents, -1),
             "advantages": advantages.transpose(0, 1).reshape(num_agents, -1),
             "returns": returns.transpose(0, 1).reshape(num_agents, -1),
@@ -580,16 +509,7 @@ def train(args: SeedsArgs, stop_signals=()):
             ]  # G1
 
         finish_updates(
-            runs,
-            iteration,
-            global_step,
-            stats,
-            batch,
-            clip_coef,
-            kl_beta,
-            optimizer,
-            failed,
-            args.script,
+            runs, iteration, global_step, stats, batch, clip_coef, kl_beta, optimizer, failed, args.script
         )
 
     finish_runs(runs, args.script)

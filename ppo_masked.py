@@ -92,9 +92,7 @@ class Args:
     env_kinds: ClassVar[tuple] = ("masked", "discrete-vector")
     eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}
     flag_rules: ClassVar[dict] = {}
-    warm_up: ClassVar[dict] = {
-        "compile": "--compile builds its graph if the run has 4,000+ minibatch steps"
-    }
+    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph if the run has 4,000+ minibatch steps"}
 
     def __post_init__(self):
         if self.vector_env == "auto":  # G10
@@ -124,9 +122,7 @@ class Args:
             )
             raise ArgError(f"--env-id {self.env_id} with --vector-env {self.vector_env}: add {fix}")
         if self.vector_env == "envpool" and self.capture_video:
-            raise ArgError(
-                "--capture-video needs frames that envpool does not render; add --vector-env sync"
-            )
+            raise ArgError("--capture-video needs frames that envpool does not render; add --vector-env sync")
         if self.mask_actions:
             check_action_mask(self.env_id, self.seed, kind, envpool=self.vector_env == "envpool")
 
@@ -167,12 +163,8 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
             env, lambda obs: {"obs": obs, "action_mask": np.asarray(masks(), np.int8)}, observed
         )
 
-    thunks = [
-        lambda thunk=make_env(args, i, video_folder): with_mask(thunk) for i in range(args.num_envs)
-    ]
-    vector_env = (
-        gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-    )
+    thunks = [lambda thunk=make_env(args, i, video_folder): with_mask(thunk) for i in range(args.num_envs)]
+    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
     return vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
@@ -198,10 +190,7 @@ def observe(envs, obs, nvec, mask_actions):
     mask as a row of booleans per env, sum(nvec) of them (each component's choices, D2), all True with
     --no-mask-actions. A mask of another size is one joint mask over the components (a mask of both sizes, as
     for MultiDiscrete([2, 2]), is taken per component)."""
-    space, num_envs = (
-        observed_space(envs),
-        len(obs["action_mask"] if isinstance(obs, dict) else obs),
-    )
+    space, num_envs = observed_space(envs), len(obs["action_mask"] if isinstance(obs, dict) else obs)
     parts = gym.vector.utils.iterate(gym.vector.utils.batch_space(space, num_envs), obs)
     flat = np.stack([gym.spaces.flatten(space, part) for part in parts]).astype(np.float32)
     if not mask_actions:
@@ -211,9 +200,7 @@ def observe(envs, obs, nvec, mask_actions):
     # keeps the choices that some joint one has
     if mask.shape[1] != sum(nvec):
         joint, axes = mask.reshape(num_envs, *nvec), range(1, len(nvec) + 1)
-        mask = np.concatenate(
-            [joint.any(axis=tuple(a for a in axes if a != k)) for k in axes], axis=1
-        )
+        mask = np.concatenate([joint.any(axis=tuple(a for a in axes if a != k)) for k in axes], axis=1)
     return flat, mask
 
 
@@ -222,11 +209,7 @@ class Agent(nn.Module):
         super().__init__()
         obs_dim = gym.spaces.flatdim(observed_space(envs))  # D3
         space = envs.single_action_space  # D2: Discrete(n) is one component of n choices
-        self.nvec = (
-            [int(space.n)]
-            if isinstance(space, gym.spaces.Discrete)
-            else [int(n) for n in space.nvec]
-        )
+        self.nvec = [int(space.n)] if isinstance(space, gym.spaces.Discrete) else [int(n) for n in space.nvec]
         ortho = args.ortho_init
 
         def body():
@@ -250,9 +233,7 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, mask, action=None):
         logits = forward(self.actor, forward(self.actor_body, x))
         logits = torch.where(mask, logits, -1e8)  # D1: exp(-1e8) is 0 in float32
-        probs = [
-            Categorical(logits=part, validate_args=False) for part in logits.split(self.nvec, dim=1)
-        ]
+        probs = [Categorical(logits=part, validate_args=False) for part in logits.split(self.nvec, dim=1)]
         if action is None:
             action = torch.stack([p.sample() for p in probs], dim=1)
         logprob = sum(p.log_prob(a) for p, a in zip(probs, action.unbind(1)))  # D2: their sum
@@ -294,9 +275,7 @@ def normalize_advantages(advantages):
     """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
     reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64
     samples, 0.2% for 256."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (
-        advantages.std(-1, keepdim=True) + 1e-8
-    )
+    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
@@ -307,9 +286,7 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
     if surrogate == "clip":
-        return torch.max(
-            pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-        ).mean(-1)
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
@@ -336,9 +313,7 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
 def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
     """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged
     statistics; KL estimates and clip fraction carry no gradient."""
-    _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-        mb["obs"], mb["masks"], mb["actions"]
-    )
+    _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["masks"], mb["actions"])
     logratio = newlogprob - mb["logprobs"]
     with torch.no_grad():
         ratio = logratio.exp()
@@ -346,22 +321,12 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
-    pg_loss = policy_loss(
-        newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta
-    )
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = {
-        "policy_loss": pg_loss.detach(),
-        "value_loss": v_loss.detach(),
-        "entropy": entropy_loss.detach(),
-    }
-    return loss, stats | {
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-    }
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
 def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
@@ -371,9 +336,7 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
     return mb_stats
 
 
-def minibatch_step(
-    agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward
-):
+def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a
     run long enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled
     graph (under torchrun, X2, the gradients alone)."""
@@ -386,9 +349,7 @@ def minibatch_step(
     return mb_stats
 
 
-def update_policy(
-    agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step
-):
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). step:
     minibatch_step or its twin compiled by --compile. Returns ppo_loss's statistics by name, each the mean
     over all minibatches of all epochs (as the reference logs them), as tensors (no device sync here, except
@@ -401,17 +362,12 @@ def update_policy(
         # gathered once; each minibatch a view of it
         shuffled = {key: value[order] for key, value in batch.items()}
         for start in range(0, args.batch_size, args.minibatch_size):
-            mb = {
-                key: value[start : start + args.minibatch_size] for key, value in shuffled.items()
-            }
+            mb = {key: value[start : start + args.minibatch_size] for key, value in shuffled.items()}
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if (
-            args.target_kl is not None
-            and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl
-        ):
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
     return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
@@ -419,9 +375,7 @@ def update_policy(
 def batch_kl(agent, batch):
     """KL[pi_old, pi] estimated over the whole batch (its last axis) after an update (for kl-adaptive)."""
     with torch.no_grad():
-        _, newlogprob, _, _ = agent.get_action_and_value(
-            batch["obs"], batch["masks"], batch["actions"]
-        )
+        _, newlogprob, _, _ = agent.get_action_and_value(batch["obs"], batch["masks"], batch["actions"])
         logratio = newlogprob - batch["logprobs"]
         return ((logratio.exp() - 1) - logratio).mean(-1)
 
@@ -447,10 +401,7 @@ def act(agent, envs, args: Args, next_obs, next_done, state=None):
     step's observations, as envs.step takes it, and the recurrent state after it (where a script has one)."""
     device = next(agent.parameters()).device
     next_obs, next_mask = observe(envs, next_obs, agent.nvec, args.mask_actions)  # D1, D3
-    next_obs, next_mask = (
-        torch.as_tensor(next_obs, device=device),
-        torch.as_tensor(next_mask, device=device),
-    )
+    next_obs, next_mask = torch.as_tensor(next_obs, device=device), torch.as_tensor(next_mask, device=device)
     with torch.inference_mode():
         action, _, _, _ = agent.get_action_and_value(next_obs, next_mask)
     return action.cpu().numpy().reshape(envs.action_space.shape), state  # D2
@@ -463,9 +414,7 @@ def train(args: Args, stop_signals=()):
     args, checkpoint = resume_flags(args)
     check_args(args)
     rank, world_size, device = distributed_setup(args.cuda)  # X2
-    run = Run(
-        args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals
-    )
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)
     seed = rank_seed(args.seed, rank)  # X2
     random.seed(seed)
     np.random.seed(seed)
@@ -475,19 +424,14 @@ def train(args: Args, stop_signals=()):
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
-    envs = make_envs(
-        replace(args, capture_video=args.capture_video and rank == 0), run.video_folder
-    )
+    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
     fused = args.fused_adam or None
     optimizer = torch.optim.Adam(
         agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused
     )  # G11
     update_step = minibatch_step
-    if (
-        args.compile
-        and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER
-    ):
+    if args.compile and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER:
         update_step = compiled_step(
             ppo_loss, minibatch_step, agent, optimizer, args.max_grad_norm, world_size, device
         )
@@ -517,10 +461,7 @@ def train(args: Args, stop_signals=()):
     next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i, plus a resumed run's step
     next_obs, next_mask = observe(envs, next_obs, agent.nvec, args.mask_actions)  # D1, D3
     run.check_observations(next_obs, global_step)
-    next_obs, next_mask = (
-        torch.as_tensor(next_obs, device=device),
-        torch.as_tensor(next_mask, device=device),
-    )
+    next_obs, next_mask = torch.as_tensor(next_obs, device=device), torch.as_tensor(next_mask, device=device)
     next_done = np.zeros(args.num_envs, dtype=np.float32)
 
     for iteration in range(last_update.iteration + 1, args.num_iterations + 1):
@@ -595,9 +536,7 @@ def train(args: Args, stop_signals=()):
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
         }
-        stats = update_policy(
-            agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step
-        )
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step)
         run.check_finite(stats, iteration, global_step)
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(
@@ -607,17 +546,12 @@ def train(args: Args, stop_signals=()):
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-        scalars = {
-            "charts/learning_rate": optimizer.param_groups[0]["lr"],
-            "charts/clip_coef": clip_coef,
-        }
+        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef}
         if args.surrogate in ("kl-fixed", "kl-adaptive"):
             scalars["charts/kl_beta"] = kl_beta
         if args.target_kl is not None:
             scalars["charts/update_epochs"] = stats["epochs"]  # X3
-        scalars |= {
-            f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"
-        }
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}
         scalars["losses/explained_variance"] = explained_var
         run.log.write(global_step, scalars)
         run.finish_update(iteration, global_step, kl_beta)
@@ -627,13 +561,7 @@ def train(args: Args, stop_signals=()):
     rollout |= {"rewards": torch.as_tensor(rewards), "dones": torch.as_tensor(dones)}
     rollout["masks"] = masks
     returns, sps = run.log.episodic_returns, run.log.sps
-    return {
-        "agent": agent,
-        "run_name": run.name,
-        "episodic_returns": returns,
-        "rollout": rollout,
-        "sps": sps,
-    }
+    return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
 
 
 if __name__ == "__main__":

@@ -149,13 +149,10 @@ class Args:
             )
         if self.gray_after_resize and not self.warp_frame:
             raise ArgError(
-                "--gray-after-resize changes A5's warp, which --no-warp-frame turns off; "
-                "drop one of the two"
+                "--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two"
             )
         if self.vector_env == "envpool":  # G10
-            check_envpool(
-                self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize
-            )
+            check_envpool(self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize)
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -211,9 +208,7 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
             reward_clip=args.clip_reward_sign,  # A7
         )
     thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
-    vector_env = (
-        gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-    )
+    vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
     return vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
@@ -254,9 +249,7 @@ class Agent(nn.Module):
                 nn.Flatten(),
             )
             n_flat = cnn(torch.zeros(1, in_channels, height, width)).shape[1]  # 3136 for 84x84
-            return nn.Sequential(
-                *cnn, layer_init(nn.Linear(n_flat, 512), ortho=ortho), activation()
-            )
+            return nn.Sequential(*cnn, layer_init(nn.Linear(n_flat, 512), ortho=ortho), activation())
 
         def rnn():  # B2, B3: orthogonal (gain 1), zero biases, --no-ortho-init (G9) too
             cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](
@@ -306,9 +299,7 @@ class Agent(nn.Module):
         for start, end in zip(cuts[:-1], cuts[1:]):
             state = state * (1.0 - done[start]).view(1, -1, 1)
             if self.num_state_tensors == 2:
-                out, (hx, cx) = rnn(
-                    hidden[start:end], (state[:1].contiguous(), state[1:].contiguous())
-                )
+                out, (hx, cx) = rnn(hidden[start:end], (state[:1].contiguous(), state[1:].contiguous()))
                 state = torch.cat([hx, cx])
             else:
                 out, state = rnn(hidden[start:end], state.contiguous())
@@ -317,11 +308,7 @@ class Agent(nn.Module):
 
     def get_value(self, x, state, done):
         hidden, _ = self.recur(
-            self.critic_body,
-            self.critic_rnn,
-            self.preprocess(x),
-            state[-self.num_state_tensors :],
-            done,
+            self.critic_body, self.critic_rnn, self.preprocess(x), state[-self.num_state_tensors :], done
         )
         return self.critic(hidden)
 
@@ -376,9 +363,7 @@ def normalize_advantages(advantages):
     """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
     reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64
     samples, 0.2% for 256."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (
-        advantages.std(-1, keepdim=True) + 1e-8
-    )
+    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
@@ -389,9 +374,7 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
     if surrogate == "clip":
-        return torch.max(
-            pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-        ).mean(-1)
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
@@ -428,22 +411,12 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
-    pg_loss = policy_loss(
-        newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta
-    )
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = {
-        "policy_loss": pg_loss.detach(),
-        "value_loss": v_loss.detach(),
-        "entropy": entropy_loss.detach(),
-    }
-    return loss, stats | {
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-    }
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
 def env_minibatches(num_steps, num_envs, num_minibatches):
@@ -463,9 +436,7 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
     return mb_stats
 
 
-def minibatch_step(
-    agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward
-):
+def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a
     run long enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled
     graph (under torchrun, X2, the gradients alone)."""
@@ -478,28 +449,21 @@ def minibatch_step(
     return mb_stats
 
 
-def update_policy(
-    agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step
-):
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()), each
     minibatch the sequences of whole envs (B3). step: minibatch_step. Returns ppo_loss's statistics by name,
     each the mean over all minibatches of all epochs (as the reference logs them), as tensors (no device sync
     here, except for X3), and "epochs", the epochs run."""
     all_mb_stats = []
     for epoch in range(args.update_epochs):
-        for mb_env_inds, mb_inds in env_minibatches(
-            args.num_steps, args.num_envs, args.num_minibatches
-        ):
+        for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
             mb = {key: value[mb_inds] for key, value in batch.items() if key != "state"}
             mb["state"] = batch["state"][:, mb_env_inds]
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if (
-            args.target_kl is not None
-            and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl
-        ):
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
     return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
@@ -520,14 +484,10 @@ def truncation_bootstrap(agent, state, infos, terminations, truncations, gamma):
     cut = truncations & ~terminations
     bonus = np.zeros(len(cut), dtype=np.float32)
     if cut.any():
-        final_obs = torch.as_tensor(
-            np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device
-        )
+        final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
         with torch.inference_mode():
             no_reset = torch.zeros(int(cut.sum()), device=device)  # B3: the episode goes on
-            bonus[cut] = (
-                gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()
-            )
+            bonus[cut] = gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()
     return bonus
 
 
@@ -549,9 +509,7 @@ def train(args: Args, stop_signals=()):
     args, checkpoint = resume_flags(args)
     check_args(args)
     rank, world_size, device = distributed_setup(args.cuda)  # X2
-    run = Run(
-        args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals
-    )
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)
     seed = rank_seed(args.seed, rank)  # X2
     random.seed(seed)
     np.random.seed(seed)
@@ -561,9 +519,7 @@ def train(args: Args, stop_signals=()):
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
-    envs = make_envs(
-        replace(args, capture_video=args.capture_video and rank == 0), run.video_folder
-    )
+    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
     fused = args.fused_adam or None
     optimizer = torch.optim.Adam(
@@ -580,9 +536,7 @@ def train(args: Args, stop_signals=()):
     # dones[t] = 1 where obs[t] starts an episode; rewards and dones stay on the host till the update
     obs_dtype = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else torch.float32
     obs = torch.zeros(
-        (args.num_steps, args.num_envs) + envs.single_observation_space.shape,
-        dtype=obs_dtype,
-        device=device,
+        (args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=obs_dtype, device=device
     )
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
@@ -653,9 +607,7 @@ def train(args: Args, stop_signals=()):
             "dones": dones.to(device).reshape(-1),
             "state": initial_state,  # B3: the rollout's first state, (rows, num_envs, hidden)
         }
-        stats = update_policy(
-            agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step
-        )
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step)
         run.check_finite(stats, iteration, global_step)
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(
@@ -665,17 +617,12 @@ def train(args: Args, stop_signals=()):
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-        scalars = {
-            "charts/learning_rate": optimizer.param_groups[0]["lr"],
-            "charts/clip_coef": clip_coef,
-        }
+        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef}
         if args.surrogate in ("kl-fixed", "kl-adaptive"):
             scalars["charts/kl_beta"] = kl_beta
         if args.target_kl is not None:
             scalars["charts/update_epochs"] = stats["epochs"]  # X3
-        scalars |= {
-            f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"
-        }
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}
         scalars["losses/explained_variance"] = explained_var
         run.log.write(global_step, scalars)
         run.finish_update(iteration, global_step, kl_beta)
@@ -691,13 +638,7 @@ def train(args: Args, stop_signals=()):
     }
     rollout["initial_state"] = initial_state
     returns, sps = run.log.episodic_returns, run.log.sps
-    return {
-        "agent": agent,
-        "run_name": run.name,
-        "episodic_returns": returns,
-        "rollout": rollout,
-        "sps": sps,
-    }
+    return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
 
 
 if __name__ == "__main__":

@@ -210,9 +210,7 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
         )
     else:
         thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
-        vector_env = (
-            gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-        )
+        vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
         envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
     if args.clip_action:
         envs = gym.wrappers.vector.ClipAction(envs)  # M8
@@ -242,9 +240,7 @@ class NormalizeObservation(gym.vector.VectorWrapper):
         self.single_observation_space = gym.spaces.Box(
             -np.inf, np.inf, env.single_observation_space.shape, np.float32
         )
-        self.observation_space = gym.vector.utils.batch_space(
-            self.single_observation_space, env.num_envs
-        )
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, env.num_envs)
         self.obs_rms = RunningMeanStd(shape=env.single_observation_space.shape)
         self.clip, self.epsilon, self.update_running_mean = clip, epsilon, True
 
@@ -338,9 +334,7 @@ class Agent(nn.Module):
         for start, end in zip(cuts[:-1], cuts[1:]):
             state = state * (1.0 - done[start]).view(1, -1, 1)
             if self.num_state_tensors == 2:
-                out, (hx, cx) = rnn(
-                    hidden[start:end], (state[:1].contiguous(), state[1:].contiguous())
-                )
+                out, (hx, cx) = rnn(hidden[start:end], (state[:1].contiguous(), state[1:].contiguous()))
                 state = torch.cat([hx, cx])
             else:
                 out, state = rnn(hidden[start:end], state.contiguous())
@@ -406,9 +400,7 @@ def normalize_advantages(advantages):
     """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
     reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64
     samples, 0.2% for 256."""
-    return (advantages - advantages.mean(-1, keepdim=True)) / (
-        advantages.std(-1, keepdim=True) + 1e-8
-    )
+    return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
@@ -419,9 +411,7 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
     if surrogate == "clip":
-        return torch.max(
-            pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-        ).mean(-1)
+        return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
@@ -458,22 +448,12 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
-    pg_loss = policy_loss(
-        newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta
-    )
+    pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    stats = {
-        "policy_loss": pg_loss.detach(),
-        "value_loss": v_loss.detach(),
-        "entropy": entropy_loss.detach(),
-    }
-    return loss, stats | {
-        "old_approx_kl": old_approx_kl,
-        "approx_kl": approx_kl,
-        "clipfrac": clipfrac,
-    }
+    stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
+    return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
 def env_minibatches(num_steps, num_envs, num_minibatches):
@@ -493,9 +473,7 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
     return mb_stats
 
 
-def minibatch_step(
-    agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward
-):
+def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
     """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a
     run long enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled
     graph (under torchrun, X2, the gradients alone)."""
@@ -508,28 +486,21 @@ def minibatch_step(
     return mb_stats
 
 
-def update_policy(
-    agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step
-):
+def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
     """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()), each
     minibatch the sequences of whole envs (B3). step: minibatch_step. Returns ppo_loss's statistics by name,
     each the mean over all minibatches of all epochs (as the reference logs them), as tensors (no device sync
     here, except for X3), and "epochs", the epochs run."""
     all_mb_stats = []
     for epoch in range(args.update_epochs):
-        for mb_env_inds, mb_inds in env_minibatches(
-            args.num_steps, args.num_envs, args.num_minibatches
-        ):
+        for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
             mb = {key: value[mb_inds] for key, value in batch.items() if key != "state"}
             mb["state"] = batch["state"][:, mb_env_inds]
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if (
-            args.target_kl is not None
-            and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl
-        ):
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
     return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
@@ -550,14 +521,10 @@ def truncation_bootstrap(agent, state, infos, terminations, truncations, gamma):
     cut = truncations & ~terminations
     bonus = np.zeros(len(cut), dtype=np.float32)
     if cut.any():
-        final_obs = torch.as_tensor(
-            np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device
-        )
+        final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
         with torch.inference_mode():
             no_reset = torch.zeros(int(cut.sum()), device=device)  # B3: the episode goes on
-            bonus[cut] = (
-                gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()
-            )
+            bonus[cut] = gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()
     return bonus
 
 
@@ -579,9 +546,7 @@ def train(args: Args, stop_signals=()):
     args, checkpoint = resume_flags(args)
     check_args(args)
     rank, world_size, device = distributed_setup(args.cuda)  # X2
-    run = Run(
-        args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals
-    )
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)
     seed = rank_seed(args.seed, rank)  # X2
     random.seed(seed)
     np.random.seed(seed)
@@ -591,9 +556,7 @@ def train(args: Args, stop_signals=()):
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
-    envs = make_envs(
-        replace(args, capture_video=args.capture_video and rank == 0), run.video_folder
-    )
+    envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
     fused = args.fused_adam or None
     optimizer = torch.optim.Adam(
@@ -608,12 +571,8 @@ def train(args: Args, stop_signals=()):
     global_step, kl_beta = last_update.global_step, last_update.kl_beta
 
     # dones[t] = 1 where obs[t] starts an episode; rewards and dones stay on the host till the update
-    obs = torch.zeros(
-        (args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device
-    )
-    actions = torch.zeros(
-        (args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device
-    )
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     rewards = torch.zeros((args.num_steps, args.num_envs))
     dones = torch.zeros((args.num_steps, args.num_envs))
@@ -682,9 +641,7 @@ def train(args: Args, stop_signals=()):
             "dones": dones.to(device).reshape(-1),
             "state": initial_state,  # B3: the rollout's first state, (rows, num_envs, hidden)
         }
-        stats = update_policy(
-            agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step
-        )
+        stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step)
         run.check_finite(stats, iteration, global_step)
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(
@@ -694,17 +651,12 @@ def train(args: Args, stop_signals=()):
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-        scalars = {
-            "charts/learning_rate": optimizer.param_groups[0]["lr"],
-            "charts/clip_coef": clip_coef,
-        }
+        scalars = {"charts/learning_rate": optimizer.param_groups[0]["lr"], "charts/clip_coef": clip_coef}
         if args.surrogate in ("kl-fixed", "kl-adaptive"):
             scalars["charts/kl_beta"] = kl_beta
         if args.target_kl is not None:
             scalars["charts/update_epochs"] = stats["epochs"]  # X3
-        scalars |= {
-            f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"
-        }
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}
         scalars["losses/explained_variance"] = explained_var
         run.log.write(global_step, scalars)
         average_env_statistics(envs, world_size, device)  # X2: M1's and M3's statistics
@@ -721,13 +673,7 @@ def train(args: Args, stop_signals=()):
     }
     rollout["initial_state"] = initial_state
     returns, sps = run.log.episodic_returns, run.log.sps
-    return {
-        "agent": agent,
-        "run_name": run.name,
-        "episodic_returns": returns,
-        "rollout": rollout,
-        "sps": sps,
-    }
+    return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
 
 
 if __name__ == "__main__":
