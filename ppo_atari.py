@@ -1,8 +1,8 @@
-"""PPO for Atari (ALE through gymnasium): a Nature-CNN actor-critic with the reference's Atari wrappers and defaults
-(openai/baselines ppo2: 4 epochs of 4 minibatches and a value coefficient of 0.5, not the paper's 3, 32 x 8 and 1).
-Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1) detail is a flag. What is not PPO is in
-the package ppo_utils/ beside it (the run's life cycle, checkpoints, flag checks, --compile); of the details it carries
-only X2's averaging and envpool's backend of G10, each called from here.
+"""PPO for Atari (ALE through gymnasium): a Nature-CNN actor-critic with the reference's Atari wrappers and
+defaults (openai/baselines ppo2: 4 epochs of 4 minibatches and a value coefficient of 0.5, not the paper's 3,
+32 x 8 and 1). Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1) detail is a
+flag. What is not PPO is in the package ppo_utils/ beside it (the run's life cycle, checkpoints, flag checks,
+--compile); of the details it carries only X2's averaging and envpool's backend of G10, each called from here.
 
     python ppo_atari.py --env-id BreakoutNoFrameskip-v4 --total-timesteps 10000000
 """
@@ -37,38 +37,38 @@ gym.register_envs(ale_py)  # the ALE ids exist only once ale_py is registered
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]  # the experiment: runs/{env_id}__{exp_name}__{seed}__{time}
-    seed: int = 1  # seed of python, numpy, torch and the environments (env i gets seed + i), in 0 .. 2**32 - 1
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]  # in runs/{env_id}__{exp_name}__{seed}__{time}
+    seed: int = 1  # seed of python, numpy, torch and the envs (env i gets seed + i), in 0 .. 2**32 - 1
     torch_deterministic: bool = True  # sets `torch.backends.cudnn.deterministic`
     cuda: bool = True  # use CUDA when a GPU is present (the CPU otherwise)
-    torch_threads: int = 0  # torch's CPU threads; 0: one per core, which the CNN uses well (an MLP may prefer 1)
-    compile: bool = True  # the minibatch step as one compiled graph, on runs of 4,000+ minibatch steps (docs/speed.md)
-    tf32: bool = False  # on a GPU, matmuls and convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
-    fused_adam: bool = True  # Adam's fused kernel (the same steps up to float rounding); off: PyTorch's default Adam
-    track: bool = False  # log to Weights and Biases too (config, code, scalars, videos); WANDB_MODE=offline works
+    torch_threads: int = 0  # torch's CPU threads; 0: one per core (the CNN uses them; an MLP may prefer 1)
+    compile: bool = True  # the minibatch step as one compiled graph, on runs of 150+ steps (docs/speed.md)
+    tf32: bool = False  # GPU matmuls, convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
+    fused_adam: bool = True  # Adam's fused kernel (the same steps up to rounding); off: PyTorch's default
+    track: bool = False  # log to wandb too (config, code, scalars, videos); WANDB_MODE=offline works
     wandb_project_name: str = "ppo-details"  # the wandb project
     wandb_entity: str | None = None  # the wandb entity (team); None: your default entity
-    capture_video: bool = False  # record videos of env 0 in runs/{run_name}/videos (not with --vector-env envpool)
-    save_model: bool = True  # save the agent and all it needs to train on to runs/{run_name}/agent.pt at the end
-    checkpoint_interval: int | None = None  # updates between checkpoints; None: 100 with --save-model, else none; 0: none
-    resume: str | None = None  # continue the run saved in this agent.pt (its flags, schedules, statistics, RNG states)
-    eval_checkpoint: str | None = None  # play this agent.pt instead of training and report its mean episodic return
+    capture_video: bool = False  # record videos of env 0 in runs/{run_name}/videos (not with envpool)
+    save_model: bool = True  # save runs/{run_name}/agent.pt at the end: the agent, all it needs to train on
+    checkpoint_interval: int | None = None  # updates per checkpoint, 0: none; None: 100 if --save-model, or 0
+    resume: str | None = None  # continue this agent.pt's run (its flags, schedules, statistics, RNG states)
+    eval_checkpoint: str | None = None  # play this agent.pt instead of training and report its mean return
     eval_episodes: int = 10  # how many episodes --eval-checkpoint plays
 
-    env_id: str = "BreakoutNoFrameskip-v4"  # an Atari game as a NoFrameskip-v4 id (A4 does the frame skipping)
+    env_id: str = "BreakoutNoFrameskip-v4"  # an Atari game's NoFrameskip-v4 id (A4 does the frame skipping)
     total_timesteps: int = 10_000_000  # environment steps of the whole run, summed over the parallel envs
     num_envs: int = 8  # (G10) number of parallel environments
     num_steps: int = 128  # (G10) steps per environment in each rollout (the paper's horizon T)
-    vector_env: Literal["sync", "async", "envpool"] = "sync"  # (G10) gymnasium's sync or async vector env, or envpool's (C++)
+    vector_env: Literal["sync", "async", "envpool"] = "sync"  # (G10) gymnasium sync, async, or envpool (C++)
 
-    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) the objective of the paper's Table 1
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) objective of Table 1
     clip_coef: float = 0.1  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
     kl_beta: float = 1.0  # (G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)
     kl_dtarg: float = 0.01  # (G1) the target KL d_targ of kl-adaptive
-    gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end
+    gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at rollout end
     gamma: float = 0.99  # (G2) the discount factor gamma, in [0, 1]
     gae_lambda: float = 0.95  # (G2) the GAE lambda, in [0, 1]
-    norm_adv: bool = True  # (G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed
+    norm_adv: bool = True  # (G3) normalize each minibatch's advantages to mean 0, std 1; off: as computed
     clip_vloss: bool = True  # (G4) clip the value loss around the rollout's values; off: plain squared error
     ent_coef: float = 0.01  # (G5) the coefficient of the entropy bonus in the loss; 0 turns it off
     vf_coef: float = 0.5  # (G5) the coefficient of the value loss in the loss
@@ -77,37 +77,37 @@ class Args:
     num_minibatches: int = 4  # (G7) minibatches per epoch; 1 = the full batch
     update_epochs: int = 4  # (G7) epochs over each rollout
     max_grad_norm: float = 0.5  # (G8) clip the global L2 norm of all gradients to this value; 0 turns it off
-    ortho_init: bool = True  # (G9) orthogonal init (gains sqrt(2) hidden, 0.01 policy, 1 value); off: PyTorch's default
+    ortho_init: bool = True  # (G9) orthogonal init (gain sqrt(2), policy 0.01, value 1); off: PyTorch's init
     adam_eps: float = 1e-5  # (G11) the epsilon of Adam (PyTorch's default is 1e-8)
 
     noop_max: int = 30  # (A1) on reset, take a random number of no-ops in 1..noop_max; 0 turns it off
-    fire_reset: bool = True  # (A2) press FIRE on reset in games that have it; off: the agent learns to start the game
-    episodic_life: bool = True  # (A3) a lost life ends the agent's episode, the game resets when over; off: whole games
-    frame_skip: int = 4  # (A4) repeat each action this many frames, summing rewards, max-pooling the last two; 1: off
+    fire_reset: bool = True  # (A2) press FIRE on reset in games that have it; off: the agent must learn it
+    episodic_life: bool = True  # (A3) a lost life ends the episode (the game resets when over); off: per game
+    frame_skip: int = 4  # (A4) repeat actions this many frames, sum rewards, max-pool the last two; 1: off
     warp_frame: bool = True  # (A5) turn frames into 84x84 grayscale; off: the raw 210x160 RGB frames
-    gray_after_resize: bool = False  # (A5) gray after resizing to 84x84 (gymnasium's weights, as CleanRL); off: gray first
-    frame_stack: int = 4  # (A6) stack this many last frames into one observation (newest last); 1 turns it off
+    gray_after_resize: bool = False  # (A5) resize then gray (gymnasium's weights, CleanRL's); off: gray first
+    frame_stack: int = 4  # (A6) stack this many last frames into one observation (newest last); 1: off
     clip_reward_sign: bool = True  # (A7) replace each reward by its sign (-1, 0, 1); off: raw game rewards
     scale_obs: bool = True  # (A8) divide pixels by 255 inside the network; off: raw 0-255 values
     activation: Literal["relu", "tanh"] = "relu"  # (A9) the activation of the hidden layers
-    shared_network: bool = True  # (A10) policy and value share their network up to the heads; off: two separate networks
+    shared_network: bool = True  # (A10) policy and value share the network up to the heads; off: two networks
 
-    anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 as the learning rate; off: constant
-    target_kl: float | None = None  # (X3) end the update once an epoch's last approximate KL exceeds this; None: off
+    anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 like --anneal-lr; off: constant
+    target_kl: float | None = None  # (X3) end the update when an epoch's last approx KL exceeds it; None: off
 
-    bootstrap_truncated: bool = False  # (B1) bootstrap time-limit cuts: reward + gamma * V(final obs); off: as terminations
+    bootstrap_truncated: bool = False  # (B1) truncated: reward + gamma * V(final obs); off: as terminations
 
-    script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
-    env_kinds: ClassVar[tuple] = ("atari",)  # the env ids check_args accepts
-    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
-    # the ranges of this script's own numeric flags, as ppo_utils.flag_checks.FLAG_RULES gives those every script has
+    # what ppo_utils reads besides the flags (ppo_utils/contract.py)
+    script: ClassVar[str] = os.path.basename(__file__)
+    env_kinds: ClassVar[tuple] = ("atari",)
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}
     flag_rules: ClassVar[dict] = {
         "noop_max": (lambda v: v >= 0, "pass a count of no-ops, or 0 to turn A1 off"),
         "frame_skip": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A4 off"),
         "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
     }
-    observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}  # what --eval-checkpoint names
-    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph if the run has 150+ minibatch steps"}  # slows update 1
+    observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}
+    warm_up: ClassVar[dict] = {"compile": "--compile builds its graph if the run has 150+ minibatch steps"}
 
     @property
     def batch_size(self) -> int:
@@ -119,15 +119,17 @@ class Args:
 
     @property
     def num_iterations(self) -> int:
-        """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
+        """the run's updates: the step budget over the batches of all processes (X2: one per torchrun rank)"""
         return self.total_timesteps // (self.batch_size * launched_processes())
 
     def check(self, world_size: int, kind: str):
-        """How this script's flags fit together, for `world_size` processes (X2) on an env of `kind`; ArgError for the
-        first misfit (ppo_utils.flag_checks.check_args calls it, then checks what every script's batch must fit)."""
+        """How this script's flags fit together, for `world_size` processes (X2) on an env of `kind`; ArgError
+        for the first misfit (flag_checks.check_args calls it, then checks every script's batch)."""
         if self.gray_after_resize and not self.warp_frame:
-            raise ArgError("--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two")
-        if self.vector_env == "envpool":  # G10: what envpool's own wrappers cannot do as the flags ask
+            raise ArgError(
+                "--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two"
+            )
+        if self.vector_env == "envpool":  # G10
             check_envpool(self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize)
 
 
@@ -142,7 +144,7 @@ def make_env(args: Args, idx: int, video_folder: str | None):
             env = atari_wrappers.NoopResetEnv(env, noop_max=args.noop_max)  # A1
         if args.frame_skip > 1:
             env = atari_wrappers.MaxAndSkipEnv(env, skip=args.frame_skip)  # A4
-        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real game's return: all lives, raw rewards
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's return: all lives, raw rewards
         if args.episodic_life:
             env = atari_wrappers.EpisodicLifeEnv(env)  # A3
         if args.fire_reset and "FIRE" in env.unwrapped.get_action_meanings():
@@ -150,7 +152,9 @@ def make_env(args: Args, idx: int, video_folder: str | None):
         if args.clip_reward_sign:
             env = atari_wrappers.ClipRewardEnv(env)  # A7
         if args.warp_frame and args.gray_after_resize:  # A5 in gymnasium's order
-            env = gym.wrappers.GrayscaleObservation(gym.wrappers.ResizeObservation(env, (84, 84)), keep_dim=True)
+            env = gym.wrappers.GrayscaleObservation(
+                gym.wrappers.ResizeObservation(env, (84, 84)), keep_dim=True
+            )
         elif args.warp_frame:
             env = atari_wrappers.WarpFrame(env, width=84, height=84)  # A5
         if args.frame_stack > 1:
@@ -161,8 +165,10 @@ def make_env(args: Args, idx: int, video_folder: str | None):
 
 
 def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
-    """The parallel envs (G10), each wrapped by make_env, or envpool's."""
-    if args.vector_env == "envpool":  # the game and A1-A7 in envpool's C++, as a gymnasium vector env
+    """The parallel envs (G10), each wrapped by make_env, or envpool's. Autoreset is SAME_STEP, as the
+    reference's VecEnv: a step that ends an episode returns the next one's first observation (its last one is
+    in infos["final_obs"]), so every stored step is a real transition."""
+    if args.vector_env == "envpool":  # A1-A7 in envpool's C++
         return EnvpoolVectorEnv(
             args.env_id,
             num_envs=args.num_envs,
@@ -179,13 +185,11 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
         )
     thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
     vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-    # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
-    # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
     return vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
-    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
+    """G9: orthogonal weights scaled by `std`, constant biases; ortho=False keeps PyTorch's default init."""
     if ortho:
         torch.nn.init.orthogonal_(layer.weight, std)
         torch.nn.init.constant_(layer.bias, bias_const)
@@ -202,8 +206,8 @@ class Agent(nn.Module):
 
         def body():
             *stack, height, width, channels = obs_shape
-            in_channels = int(np.prod(stack)) * channels  # the stacked frames' channels, one after another
-            cnn = nn.Sequential(  # the Nature CNN: three conv layers, then 512 units
+            in_channels = int(np.prod(stack)) * channels
+            cnn = nn.Sequential(  # the Nature CNN
                 layer_init(nn.Conv2d(in_channels, 32, 8, stride=4), ortho=ortho),
                 activation(),
                 layer_init(nn.Conv2d(32, 64, 4, stride=2), ortho=ortho),
@@ -228,14 +232,15 @@ class Agent(nn.Module):
         x = x.reshape((x.shape[0], -1) + x.shape[-2:]).float()
         return x / 255.0 if self.scale_obs else x  # A8
 
-    # forward(layer, x) is layer(x) without nn.Module's per-call checks (ppo_utils/lean.py): the same numbers, faster
+    # forward(layer, x): layer(x) without nn.Module's per-call checks (ppo_utils/lean.py), faster
     def get_value(self, x):
         return forward(self.critic, forward(self.critic_body, self.preprocess(x)))
 
     def get_action_and_value(self, x, action=None):
         x = self.preprocess(x)
         hidden = forward(self.actor_body, x)
-        probs = Categorical(logits=forward(self.actor, hidden), validate_args=False)  # a NaN goes on to the guard in train()
+        # a NaN goes on to train()'s guard
+        probs = Categorical(logits=forward(self.actor, hidden), validate_args=False)
         if action is None:
             action = probs.sample()
         value = forward(self.critic, hidden if self.shared_network else forward(self.critic_body, x))
@@ -243,12 +248,15 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
-    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
-    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
-    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values. The scan
-    runs in numpy on the host (a torch op per step costs 5x as much; the float32 arithmetic is the same)."""
+    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the
+    first observation of a new episode (step t-1 ended one); next_done is the same for the observation after
+    the rollout, whose value next_value bootstraps the segment. gae=False: n-step returns, and advantages the
+    returns minus the values. The scan runs in numpy on the host (a torch op per step costs 5x as much; the
+    float32 arithmetic is the same)."""
     device = values.device
-    rewards, values, dones, next_value, next_done = (x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done))
+    rewards, values, dones, next_value, next_done = (
+        x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done)
+    )
     num_steps = rewards.shape[0]
     if gae:
         advantages = np.zeros_like(rewards)
@@ -270,15 +278,16 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 
 
 def normalize_advantages(advantages):
-    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's
-    numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
+    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
+    reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64
+    samples, 0.2% for 256."""
     return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
-    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last axis.
-    The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased,
-    with the exact KL's gradient in expectation."""
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last
+    axis. The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions:
+    non-negative, unbiased, with the exact KL's gradient in expectation."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
@@ -290,7 +299,7 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
 
 
 def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
-    """G4: half the squared error (its mean over the last axis); clip_vloss: the larger of the plain and the clipped errors."""
+    """G4: half the squared error (mean over the last axis); clip_vloss: the larger of plain and clipped."""
     v_loss = (newvalue - returns) ** 2
     if clip_vloss:
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
@@ -308,8 +317,8 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
 
 
 def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
-    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged statistics;
-    KL estimates and clip fraction carry no gradient."""
+    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged
+    statistics; KL estimates and clip fraction carry no gradient."""
     _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
     logratio = newlogprob - mb["logprobs"]
     with torch.no_grad():
@@ -317,11 +326,11 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         old_approx_kl = (-logratio).mean(-1)
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
-    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
     pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
     return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
@@ -334,12 +343,12 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
 
 
 def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
-    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a run long
-    enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled graph (under torchrun,
-    X2, the gradients alone)."""
+    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a
+    run long enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled
+    graph (under torchrun, X2, the gradients alone)."""
     optimizer.zero_grad()
-    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients
-    average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
+    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)
+    average_gradients(agent.parameters(), world_size)  # X2
     if args.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
     optimizer.step()
@@ -347,28 +356,30 @@ def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_s
 
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
-    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). step: minibatch_step
-    or its twin compiled by --compile. Returns ppo_loss's statistics by name, each the mean over all minibatches of all
-    epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()). step:
+    minibatch_step or its twin compiled by --compile. Returns ppo_loss's statistics by name, each the mean
+    over all minibatches of all epochs (as the reference logs them), as tensors (no device sync here, except
+    for X3), and "epochs", the epochs run."""
     b_inds = np.arange(args.batch_size)
-    all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
+    all_mb_stats = []
     for epoch in range(args.update_epochs):
         np.random.shuffle(b_inds)
         order = torch.as_tensor(b_inds, device=batch["obs"].device)
-        shuffled = {key: value[order] for key, value in batch.items()}  # gathered once; each minibatch a view of it
+        # gathered once; each minibatch a view of it
+        shuffled = {key: value[order] for key, value in batch.items()}
         for start in range(0, args.batch_size, args.minibatch_size):
             mb = {key: value[start : start + args.minibatch_size] for key, value in shuffled.items()}
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
     return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
 
 def batch_kl(agent, batch):
-    """The estimate of KL[pi_old, pi] over the whole batch (its last axis), measured after an update (for kl-adaptive)."""
+    """KL[pi_old, pi] estimated over the whole batch (its last axis) after an update (for kl-adaptive)."""
     with torch.no_grad():
         _, newlogprob, _, _ = agent.get_action_and_value(batch["obs"], batch["actions"])
         logratio = newlogprob - batch["logprobs"]
@@ -376,20 +387,20 @@ def batch_kl(agent, batch):
 
 
 def truncation_bootstrap(agent, infos, terminations, truncations, gamma):
-    """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others."""
+    """B1: gamma * V(final observation) for the envs the time limit cut short, 0 for the others."""
     device = next(agent.parameters()).device
     cut = truncations & ~terminations
     bonus = np.zeros(len(cut), dtype=np.float32)
     if cut.any():
         final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
         with torch.inference_mode():
-            bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()  # device sync
+            bonus[cut] = gamma * agent.get_value(final_obs).flatten().cpu().numpy()
     return bonus
 
 
 def act(agent, envs, args: Args, next_obs, next_done, state=None):
-    """--eval-checkpoint's step (ppo_utils.run.evaluate calls it): the action train() samples for the observations an env
-    step returned, as envs.step takes it, and the recurrent state after it in a script that has one."""
+    """--eval-checkpoint's step (ppo_utils.run.evaluate calls it): the action train() samples for an env
+    step's observations, as envs.step takes it, and the recurrent state after it (where a script has one)."""
     device = next(agent.parameters()).device
     next_obs = torch.as_tensor(next_obs, device=device)
     with torch.inference_mode():
@@ -398,47 +409,54 @@ def act(agent, envs, args: Args, next_obs, next_done, state=None):
 
 
 def train(args: Args, stop_signals=()):
-    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks).
-    Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
-    current env step, saves a checkpoint, closes everything and returns."""
-    args, checkpoint = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
-    check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
-    rank, world_size, device = distributed_setup(args.cuda)  # X2: torchrun's process group; rank r on GPU r of its node
-    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder, logs
-    seed = rank_seed(args.seed, rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
+    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and
+    notebooks). Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the
+    run finishes the current env step, saves a checkpoint, closes everything and returns."""
+    args, checkpoint = resume_flags(args)
+    check_args(args)
+    rank, world_size, device = distributed_setup(args.cuda)  # X2
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)
+    seed = rank_seed(args.seed, rank)  # X2
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
-    fused = args.fused_adam or None  # None: PyTorch's default Adam
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
-    update_step = minibatch_step  # --compile: the same step as one graph, where the run is long enough to pay for its build
+    fused = args.fused_adam or None
+    optimizer = torch.optim.Adam(
+        agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused
+    )  # G11
+    update_step = minibatch_step
     if args.compile and args.num_iterations * args.update_epochs * args.num_minibatches >= PAYS_AFTER_CNN:
-        update_step = compiled_step(ppo_loss, minibatch_step, agent, optimizer, args.max_grad_norm, world_size, device)
-    last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
-    if checkpoint:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
+        update_step = compiled_step(
+            ppo_loss, minibatch_step, agent, optimizer, args.max_grad_norm, world_size, device
+        )
+    last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)
+    if checkpoint:
         last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
-    broadcast_parameters(agent, world_size)  # X2: every rank starts from rank 0's parameters
+    broadcast_parameters(agent, world_size)  # X2
     run.start(agent, optimizer, envs, last_update)
     global_step, kl_beta = last_update.global_step, last_update.kl_beta
 
-    # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one). The rewards and
-    # episode ends stay on the host until the rollout ends: a step copies the observations in and the action out
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8, device=device)
+    # dones[t] = 1 where obs[t] starts an episode; rewards and dones stay on the host till the update
+    obs = torch.zeros(
+        (args.num_steps, args.num_envs) + envs.single_observation_space.shape,
+        dtype=torch.uint8,
+        device=device,
+    )
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
-    next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
-    run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
+    next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i, plus a resumed run's step
+    run.check_observations(next_obs, global_step)
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = np.zeros(args.num_envs, dtype=np.float32)
 
@@ -449,7 +467,7 @@ def train(args: Args, stop_signals=()):
         clip_coef = frac * args.clip_coef if args.anneal_clip_coef else args.clip_coef  # X1
 
         for step in range(args.num_steps):
-            global_step += args.num_envs * world_size  # X2: the steps of all ranks
+            global_step += args.num_envs * world_size  # X2
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
@@ -458,26 +476,33 @@ def train(args: Args, stop_signals=()):
             actions[step] = action
             logprobs[step] = logprob
 
-            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())  # device sync
-            run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            run.check_observations(next_obs, global_step)
             if args.bootstrap_truncated:
-                reward = reward + truncation_bootstrap(agent, infos, terminations, truncations, args.gamma)  # B1
+                reward = reward + truncation_bootstrap(
+                    agent, infos, terminations, truncations, args.gamma
+                )  # B1
             rewards[step] = reward
             next_obs = torch.as_tensor(next_obs, device=device)
             next_done = terminations | truncations
             run.log.record_episodes(infos, global_step)
-            if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
+            if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):
                 break
         if run.stopping:
-            break  # the unfinished rollout is dropped; the checkpoint is the last finished update's
+            break  # the unfinished rollout is dropped
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
-            advantages, returns = compute_gae(  # the rollout's rewards and episode ends go to the device once
-                torch.as_tensor(rewards, device=device), values, torch.as_tensor(dones, device=device), next_value,
+            advantages, returns = compute_gae(
+                torch.as_tensor(rewards, device=device),
+                values,
+                torch.as_tensor(dones, device=device),
+                next_value,
                 torch.as_tensor(next_done, dtype=torch.float32, device=device),
-                args.gamma, args.gae_lambda, args.gae,
-            )  # fmt: skip
+                args.gamma,
+                args.gae_lambda,
+                args.gae,
+            )
 
         batch = {
             "obs": obs.reshape((-1,) + envs.single_observation_space.shape),
@@ -488,7 +513,7 @@ def train(args: Args, stop_signals=()):
             "values": values.reshape(-1),
         }
         stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step)
-        run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
+        run.check_finite(stats, iteration, global_step)
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(
                 kl_beta, all_ranks_mean(batch_kl(agent, batch), world_size).item(), args.kl_dtarg
@@ -501,13 +526,13 @@ def train(args: Args, stop_signals=()):
         if args.surrogate in ("kl-fixed", "kl-adaptive"):
             scalars["charts/kl_beta"] = kl_beta
         if args.target_kl is not None:
-            scalars["charts/update_epochs"] = stats["epochs"]  # X3: the epochs run before the KL stopped the update
-        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}  # device sync
+            scalars["charts/update_epochs"] = stats["epochs"]  # X3
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}
         scalars["losses/explained_variance"] = explained_var
-        run.log.write(global_step, scalars)  # with the episodes that ended and the SPS
-        run.finish_update(iteration, global_step, kl_beta)  # a checkpoint every --checkpoint-interval updates
+        run.log.write(global_step, scalars)
+        run.finish_update(iteration, global_step, kl_beta)
 
-    run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
+    run.finish()
     rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "values": values}
     rollout |= {"rewards": torch.as_tensor(rewards), "dones": torch.as_tensor(dones)}
     returns, sps = run.log.episodic_returns, run.log.sps
@@ -515,7 +540,6 @@ def train(args: Args, stop_signals=()):
 
 
 if __name__ == "__main__":
-    from ppo_utils.command_line import HELP  # the help's first line: what its ids and "the reference" are
+    from ppo_utils.command_line import HELP
 
-    # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
     main(tyro.cli(Args, description=HELP), train, make_envs, Agent, act)

@@ -1,8 +1,8 @@
-"""Recurrent PPO (LSTM or GRU): ppo_atari.py plus memory (B2) and the recurrent details (B3), and as little else as
-possible: an MLP encoder for vector observations (CartPoleNoVelocity-v1), and one frame per observation by default (A6).
-Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1) detail is a flag. What is not PPO is in
-the package ppo_utils/ beside it (the run's life cycle, checkpoints, flag checks); of the details it carries only X2's
-averaging and envpool's backend of G10, each called from here.
+"""Recurrent PPO (LSTM or GRU): ppo_atari.py plus memory (B2) and the recurrent details (B3), and as little
+else as possible: an MLP encoder for vector observations (CartPoleNoVelocity-v1), and one frame per
+observation by default (A6). Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1)
+detail is a flag. What is not PPO is in the package ppo_utils/ beside it (the run's life cycle, checkpoints,
+flag checks); of the details it carries only X2's averaging and envpool's backend of G10, called from here.
 
     python ppo_rnn.py --env-id BreakoutNoFrameskip-v4 --total-timesteps 10000000
     python ppo_rnn.py --env-id CartPoleNoVelocity-v1 --total-timesteps 500000
@@ -35,13 +35,15 @@ gym.register_envs(ale_py)  # the ALE ids exist only once ale_py is registered
 
 
 def cartpole_no_velocity(**kwargs):
-    """CartPoleNoVelocity-v1, the small task that needs memory (B2): CartPole-v1 that observes only the cart position and
-    the pole angle, each divided by the bound at which the episode terminates (so both lie in [-1, 1] while it runs);
-    the velocities must be inferred from memory."""
+    """CartPoleNoVelocity-v1, the small task that needs memory (B2): CartPole-v1 that observes only the cart
+    position and the pole angle, each divided by the bound at which the episode terminates (so both lie in
+    [-1, 1] while it runs); the velocities must be inferred from memory."""
     env = gym.make("CartPole-v1", **kwargs)
     bounds = env.observation_space.high[[0, 2]] / 2  # 2.4 and 12 degrees
     space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
-    return gym.wrappers.TransformObservation(env, lambda obs: (obs[[0, 2]] / bounds).astype(np.float32), space)
+    return gym.wrappers.TransformObservation(
+        env, lambda obs: (obs[[0, 2]] / bounds).astype(np.float32), space
+    )
 
 
 gym.register("CartPoleNoVelocity-v1", entry_point=cartpole_no_velocity, disable_env_checker=True)
@@ -49,37 +51,37 @@ gym.register("CartPoleNoVelocity-v1", entry_point=cartpole_no_velocity, disable_
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]  # the experiment: runs/{env_id}__{exp_name}__{seed}__{time}
-    seed: int = 1  # seed of python, numpy, torch and the environments (env i gets seed + i), in 0 .. 2**32 - 1
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]  # in runs/{env_id}__{exp_name}__{seed}__{time}
+    seed: int = 1  # seed of python, numpy, torch and the envs (env i gets seed + i), in 0 .. 2**32 - 1
     torch_deterministic: bool = True  # sets `torch.backends.cudnn.deterministic`
     cuda: bool = True  # use CUDA when a GPU is present (the CPU otherwise)
-    torch_threads: int = 0  # torch's CPU threads; 0: one per core, which the CNN uses well (an MLP may prefer 1)
-    tf32: bool = False  # on a GPU, matmuls and convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
-    fused_adam: bool = True  # Adam's fused kernel (the same steps up to float rounding); off: PyTorch's default Adam
-    track: bool = False  # log to Weights and Biases too (config, code, scalars, videos); WANDB_MODE=offline works
+    torch_threads: int = 0  # torch's CPU threads; 0: one per core (the CNN uses them; an MLP may prefer 1)
+    tf32: bool = False  # GPU matmuls, convolutions in TensorFloat-32 (10-bit mantissa, faster); off: float32
+    fused_adam: bool = True  # Adam's fused kernel (the same steps up to rounding); off: PyTorch's default
+    track: bool = False  # log to wandb too (config, code, scalars, videos); WANDB_MODE=offline works
     wandb_project_name: str = "ppo-details"  # the wandb project
     wandb_entity: str | None = None  # the wandb entity (team); None: your default entity
-    capture_video: bool = False  # record videos of env 0 in runs/{run_name}/videos (not with --vector-env envpool)
-    save_model: bool = True  # save the agent and all it needs to train on to runs/{run_name}/agent.pt at the end
-    checkpoint_interval: int | None = None  # updates between checkpoints; None: 100 with --save-model, else none; 0: none
-    resume: str | None = None  # continue the run saved in this agent.pt (its flags, schedules, statistics, RNG states)
-    eval_checkpoint: str | None = None  # play this agent.pt instead of training and report its mean episodic return
+    capture_video: bool = False  # record videos of env 0 in runs/{run_name}/videos (not with envpool)
+    save_model: bool = True  # save runs/{run_name}/agent.pt at the end: the agent, all it needs to train on
+    checkpoint_interval: int | None = None  # updates per checkpoint, 0: none; None: 100 if --save-model, or 0
+    resume: str | None = None  # continue this agent.pt's run (its flags, schedules, statistics, RNG states)
+    eval_checkpoint: str | None = None  # play this agent.pt instead of training and report its mean return
     eval_episodes: int = 10  # how many episodes --eval-checkpoint plays
 
-    env_id: str = "BreakoutNoFrameskip-v4"  # an Atari NoFrameskip-v4 id, or a discrete-action env with vector observations
+    env_id: str = "BreakoutNoFrameskip-v4"  # a NoFrameskip-v4 Atari id, or a vector env of discrete actions
     total_timesteps: int = 10_000_000  # environment steps of the whole run, summed over the parallel envs
     num_envs: int = 8  # (G10) number of parallel environments
     num_steps: int = 128  # (G10) steps per environment in each rollout (the paper's horizon T)
-    vector_env: Literal["sync", "async", "envpool"] = "sync"  # (G10) gymnasium's sync or async vector env, or envpool's (C++)
+    vector_env: Literal["sync", "async", "envpool"] = "sync"  # (G10) gymnasium sync, async, or envpool (C++)
 
-    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) the objective of the paper's Table 1
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) objective of Table 1
     clip_coef: float = 0.1  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
     kl_beta: float = 1.0  # (G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)
     kl_dtarg: float = 0.01  # (G1) the target KL d_targ of kl-adaptive
-    gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at the rollout's end
+    gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at rollout end
     gamma: float = 0.99  # (G2) the discount factor gamma, in [0, 1]
     gae_lambda: float = 0.95  # (G2) the GAE lambda, in [0, 1]
-    norm_adv: bool = True  # (G3) normalize the advantages of each minibatch to mean 0 and std 1; off: use them as computed
+    norm_adv: bool = True  # (G3) normalize each minibatch's advantages to mean 0, std 1; off: as computed
     clip_vloss: bool = True  # (G4) clip the value loss around the rollout's values; off: plain squared error
     ent_coef: float = 0.01  # (G5) the coefficient of the entropy bonus in the loss; 0 turns it off
     vf_coef: float = 0.5  # (G5) the coefficient of the value loss in the loss
@@ -88,40 +90,40 @@ class Args:
     num_minibatches: int = 4  # (G7) minibatches per epoch; 1 = the full batch
     update_epochs: int = 4  # (G7) epochs over each rollout
     max_grad_norm: float = 0.5  # (G8) clip the global L2 norm of all gradients to this value; 0 turns it off
-    ortho_init: bool = True  # (G9) orthogonal init (gains sqrt(2) hidden, 0.01 policy, 1 value); off: PyTorch's default
+    ortho_init: bool = True  # (G9) orthogonal init (gain sqrt(2), policy 0.01, value 1); off: PyTorch's init
     adam_eps: float = 1e-5  # (G11) the epsilon of Adam (PyTorch's default is 1e-8)
 
     noop_max: int = 30  # (A1) on reset, take a random number of no-ops in 1..noop_max; 0 turns it off
-    fire_reset: bool = True  # (A2) press FIRE on reset in games that have it; off: the agent learns to start the game
-    episodic_life: bool = True  # (A3) a lost life ends the agent's episode, the game resets when over; off: whole games
-    frame_skip: int = 4  # (A4) repeat each action this many frames, summing rewards, max-pooling the last two; 1: off
+    fire_reset: bool = True  # (A2) press FIRE on reset in games that have it; off: the agent must learn it
+    episodic_life: bool = True  # (A3) a lost life ends the episode (the game resets when over); off: per game
+    frame_skip: int = 4  # (A4) repeat actions this many frames, sum rewards, max-pool the last two; 1: off
     warp_frame: bool = True  # (A5) turn frames into 84x84 grayscale; off: the raw 210x160 RGB frames
-    gray_after_resize: bool = False  # (A5) gray after resizing to 84x84 (gymnasium's weights, as CleanRL); off: gray first
-    frame_stack: int = 1  # (A6) stack this many last frames into one observation (newest last); 1 turns it off
+    gray_after_resize: bool = False  # (A5) resize then gray (gymnasium's weights, CleanRL's); off: gray first
+    frame_stack: int = 1  # (A6) stack this many last frames into one observation (newest last); 1: off
     clip_reward_sign: bool = True  # (A7) replace each reward by its sign (-1, 0, 1); off: raw game rewards
     scale_obs: bool = True  # (A8) divide pixels by 255 inside the network; off: raw 0-255 values
     activation: Literal["relu", "tanh"] = "relu"  # (A9) the activation of the hidden layers
-    shared_network: bool = True  # (A10) policy and value share their network up to the heads; off: two separate networks
+    shared_network: bool = True  # (A10) policy and value share the network up to the heads; off: two networks
 
-    anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 as the learning rate; off: constant
-    target_kl: float | None = None  # (X3) end the update once an epoch's last approximate KL exceeds this; None: off
+    anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 like --anneal-lr; off: constant
+    target_kl: float | None = None  # (X3) end the update when an epoch's last approx KL exceeds it; None: off
 
-    bootstrap_truncated: bool = False  # (B1) bootstrap time-limit cuts: reward + gamma * V(final obs); off: as terminations
+    bootstrap_truncated: bool = False  # (B1) truncated: reward + gamma * V(final obs); off: as terminations
 
-    rnn: Literal["lstm", "gru"] = "lstm"  # (B2) the recurrent layer between the encoder and the policy and value heads
+    rnn: Literal["lstm", "gru"] = "lstm"  # (B2) the recurrent layer, between the encoder and the two heads
     rnn_hidden_size: int = 128  # (B2) the size of the recurrent layer's state
 
-    script: ClassVar[str] = os.path.basename(__file__)  # checkpoints name the script that wrote them
-    env_kinds: ClassVar[tuple] = ("atari", "discrete-vector")  # the env ids check_args accepts
-    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}  # --eval-checkpoint plays one env
-    # the ranges of this script's own numeric flags, as ppo_utils.flag_checks.FLAG_RULES gives those every script has
+    # what ppo_utils reads besides the flags (ppo_utils/contract.py)
+    script: ClassVar[str] = os.path.basename(__file__)
+    env_kinds: ClassVar[tuple] = ("atari", "discrete-vector")
+    eval_flags: ClassVar[dict] = {"num_envs": 1, "num_minibatches": 1, "norm_adv": False}
     flag_rules: ClassVar[dict] = {
         "noop_max": (lambda v: v >= 0, "pass a count of no-ops, or 0 to turn A1 off"),
         "frame_skip": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A4 off"),
         "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
         "rnn_hidden_size": (lambda v: v >= 1, "pass a positive size"),
     }
-    observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}  # what --eval-checkpoint names
+    observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}
 
     @property
     def batch_size(self) -> int:
@@ -133,20 +135,23 @@ class Args:
 
     @property
     def num_iterations(self) -> int:
-        """the updates of the run: the step budget over the batches of all processes (X2: each torchrun rank collects one)"""
+        """the run's updates: the step budget over the batches of all processes (X2: one per torchrun rank)"""
         return self.total_timesteps // (self.batch_size * launched_processes())
 
     def check(self, world_size: int, kind: str):
-        """How this script's flags fit together, for `world_size` processes (X2) on an env of `kind`; ArgError for the
-        first misfit (ppo_utils.flag_checks.check_args calls it, then checks what every script's batch must fit)."""
+        """How this script's flags fit together, for `world_size` processes (X2) on an env of `kind`; ArgError
+        for the first misfit (flag_checks.check_args calls it, then checks every script's batch)."""
         if self.num_envs % self.num_minibatches:  # B3
             raise ArgError(
-                f"--num-minibatches {self.num_minibatches} does not divide --num-envs {self.num_envs} (minibatches are made "
+                f"--num-minibatches {self.num_minibatches} does not divide "
+                f"--num-envs {self.num_envs} (minibatches are made "
                 f"of whole env sequences); choose a divisor of {self.num_envs}"
             )
         if self.gray_after_resize and not self.warp_frame:
-            raise ArgError("--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two")
-        if self.vector_env == "envpool":  # G10: what envpool's own wrappers cannot do as the flags ask
+            raise ArgError(
+                "--gray-after-resize changes A5's warp, which --no-warp-frame turns off; drop one of the two"
+            )
+        if self.vector_env == "envpool":  # G10
             check_envpool(self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize)
 
 
@@ -158,12 +163,12 @@ def make_env(args: Args, idx: int, video_folder: str | None):
         else:
             env = gym.make(args.env_id)
         if len(env.observation_space.shape) == 1:
-            return gym.wrappers.RecordEpisodeStatistics(env)  # vector observations: the Atari wrappers do not apply
+            return gym.wrappers.RecordEpisodeStatistics(env)  # vectors: no Atari wrappers
         if args.noop_max > 0:
             env = atari_wrappers.NoopResetEnv(env, noop_max=args.noop_max)  # A1
         if args.frame_skip > 1:
             env = atari_wrappers.MaxAndSkipEnv(env, skip=args.frame_skip)  # A4
-        env = gym.wrappers.RecordEpisodeStatistics(env)  # the real game's return: all lives, raw rewards
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's return: all lives, raw rewards
         if args.episodic_life:
             env = atari_wrappers.EpisodicLifeEnv(env)  # A3
         if args.fire_reset and "FIRE" in env.unwrapped.get_action_meanings():
@@ -171,7 +176,9 @@ def make_env(args: Args, idx: int, video_folder: str | None):
         if args.clip_reward_sign:
             env = atari_wrappers.ClipRewardEnv(env)  # A7
         if args.warp_frame and args.gray_after_resize:  # A5 in gymnasium's order
-            env = gym.wrappers.GrayscaleObservation(gym.wrappers.ResizeObservation(env, (84, 84)), keep_dim=True)
+            env = gym.wrappers.GrayscaleObservation(
+                gym.wrappers.ResizeObservation(env, (84, 84)), keep_dim=True
+            )
         elif args.warp_frame:
             env = atari_wrappers.WarpFrame(env, width=84, height=84)  # A5
         if args.frame_stack > 1:
@@ -182,8 +189,10 @@ def make_env(args: Args, idx: int, video_folder: str | None):
 
 
 def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorEnv:
-    """The parallel envs (G10), each wrapped by make_env, or envpool's."""
-    if args.vector_env == "envpool":  # the game and A1-A7 in envpool's C++, as a gymnasium vector env
+    """The parallel envs (G10), each wrapped by make_env, or envpool's. Autoreset is SAME_STEP, as the
+    reference's VecEnv: a step that ends an episode returns the next one's first observation (its last one is
+    in infos["final_obs"]), so every stored step is a real transition."""
+    if args.vector_env == "envpool":  # A1-A7 in envpool's C++
         return EnvpoolVectorEnv(
             args.env_id,
             num_envs=args.num_envs,
@@ -200,13 +209,11 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
         )
     thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
     vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
-    # SAME_STEP autoreset, as the reference's VecEnv: a step that ends an episode already returns the next episode's
-    # first observation (its last one is in infos["final_obs"]), so every stored step is a real transition.
     return vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
-    """G9: orthogonal weights scaled by `std` and constant biases; ortho=False keeps PyTorch's default init."""
+    """G9: orthogonal weights scaled by `std`, constant biases; ortho=False keeps PyTorch's default init."""
     if ortho:
         torch.nn.init.orthogonal_(layer.weight, std)
         torch.nn.init.constant_(layer.bias, bias_const)
@@ -216,14 +223,14 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
 class Agent(nn.Module):
     def __init__(self, envs, args: Args):
         super().__init__()
-        obs_shape = envs.single_observation_space.shape  # ([stack,] H, W, C) uint8 frames, or (obs_dim,) vectors
+        obs_shape = envs.single_observation_space.shape  # ([stack,] H, W, C) frames or (obs_dim,)
         n_actions = envs.single_action_space.n
         activation = {"tanh": nn.Tanh, "relu": nn.ReLU}[args.activation]  # A9
         ortho = args.ortho_init
         self.pixels = len(obs_shape) >= 3
 
         def body():
-            if not self.pixels:  # vector observations: two layers of 64 units
+            if not self.pixels:
                 return nn.Sequential(
                     layer_init(nn.Linear(obs_shape[0], 64), ortho=ortho),
                     activation(),
@@ -231,8 +238,8 @@ class Agent(nn.Module):
                     activation(),
                 )
             *stack, height, width, channels = obs_shape
-            in_channels = int(np.prod(stack)) * channels  # the stacked frames' channels, one after another
-            cnn = nn.Sequential(  # the Nature CNN: three conv layers, then 512 units
+            in_channels = int(np.prod(stack)) * channels
+            cnn = nn.Sequential(  # the Nature CNN
                 layer_init(nn.Conv2d(in_channels, 32, 8, stride=4), ortho=ortho),
                 activation(),
                 layer_init(nn.Conv2d(32, 64, 4, stride=2), ortho=ortho),
@@ -244,8 +251,10 @@ class Agent(nn.Module):
             n_flat = cnn(torch.zeros(1, in_channels, height, width)).shape[1]  # 3136 for 84x84
             return nn.Sequential(*cnn, layer_init(nn.Linear(n_flat, 512), ortho=ortho), activation())
 
-        def rnn():  # B2, B3: orthogonal weights (gain 1), zero biases; always, --no-ortho-init (G9) included
-            cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](512 if self.pixels else 64, args.rnn_hidden_size)
+        def rnn():  # B2, B3: orthogonal (gain 1), zero biases, --no-ortho-init (G9) too
+            cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](
+                512 if self.pixels else 64, args.rnn_hidden_size
+            )
             for name, param in cell.named_parameters():
                 if "bias" in name:
                     nn.init.constant_(param, 0)
@@ -257,11 +266,12 @@ class Agent(nn.Module):
         self.critic_body, self.critic_rnn = body(), rnn()
         self.actor_body = self.critic_body if args.shared_network else body()  # A10
         self.actor_rnn = self.critic_rnn if args.shared_network else rnn()
-        self.actor = layer_init(nn.Linear(args.rnn_hidden_size, n_actions), std=0.01, ortho=ortho)  # CleanRL's order
+        # CleanRL's order: the actor's head first
+        self.actor = layer_init(nn.Linear(args.rnn_hidden_size, n_actions), std=0.01, ortho=ortho)
         self.critic = layer_init(nn.Linear(args.rnn_hidden_size, 1), std=1.0, ortho=ortho)
         self.scale_obs = args.scale_obs
-        self.num_state_tensors = 2 if args.rnn == "lstm" else 1  # the state's rows per network: h (and c for an LSTM)
-        rows = self.num_state_tensors * (1 if args.shared_network else 2)  # the actor's, then the critic's
+        self.num_state_tensors = 2 if args.rnn == "lstm" else 1  # rows per network: h (and c)
+        rows = self.num_state_tensors * (1 if args.shared_network else 2)  # actor, then critic
         self.state_shape = (rows, args.rnn_hidden_size)
 
     def initial_state(self, num_envs, device=None):
@@ -269,7 +279,7 @@ class Agent(nn.Module):
         return torch.zeros((self.state_shape[0], num_envs, self.state_shape[1]), device=device)
 
     def preprocess(self, x):
-        """uint8 frames (N, [stack,] H, W, C) -> float (N, stack * C, H, W), scaled to [0, 1] by A8; vectors as they are."""
+        """uint8 frames (N, [stack,] H, W, C) -> float (N, stack * C, H, W) in [0, 1] by A8; vectors as is."""
         if not self.pixels:
             return x.float()
         x = x.movedim(-1, -3)
@@ -277,13 +287,14 @@ class Agent(nn.Module):
         return x / 255.0 if self.scale_obs else x  # A8
 
     def recur(self, body, rnn, x, state, done):
-        """B3: runs x (T * N observations of N envs, time-major) through the encoder and the recurrent layer from `state`,
-        which is reset to zero before each step t where done[t] is 1. Cut at the steps where any env resets, each piece
-        runs in one call: exactly what a step-by-step loop computes. Returns the T * N outputs and the last state."""
+        """B3: runs x (T * N observations of N envs, time-major) through the encoder and the recurrent layer
+        from `state`, which is reset to zero before each step t where done[t] is 1. Cut at the steps where any
+        env resets, each piece runs in one call: exactly what a step-by-step loop computes. Returns the T * N
+        outputs and the last state."""
         hidden = body(x)
         hidden = hidden.reshape((-1, state.shape[1]) + hidden.shape[1:])
         done = done.reshape((-1, state.shape[1]))
-        cuts = [0] + (torch.nonzero(done[1:].any(1)).flatten() + 1).tolist() + [len(done)]  # device sync
+        cuts = [0] + (torch.nonzero(done[1:].any(1)).flatten() + 1).tolist() + [len(done)]
         outputs = []
         for start, end in zip(cuts[:-1], cuts[1:]):
             state = state * (1.0 - done[start]).view(1, -1, 1)
@@ -296,28 +307,38 @@ class Agent(nn.Module):
         return torch.cat(outputs).flatten(0, 1), state
 
     def get_value(self, x, state, done):
-        hidden, _ = self.recur(self.critic_body, self.critic_rnn, self.preprocess(x), state[-self.num_state_tensors :], done)
+        hidden, _ = self.recur(
+            self.critic_body, self.critic_rnn, self.preprocess(x), state[-self.num_state_tensors :], done
+        )
         return self.critic(hidden)
 
     def get_action_and_value(self, x, state, done, action=None):
         x = self.preprocess(x)
-        hidden, next_state = self.recur(self.actor_body, self.actor_rnn, x, state[: self.num_state_tensors], done)
-        probs = Categorical(logits=self.actor(hidden), validate_args=False)  # a NaN goes on to the guard in train()
+        hidden, next_state = self.recur(
+            self.actor_body, self.actor_rnn, x, state[: self.num_state_tensors], done
+        )
+        # a NaN goes on to train()'s guard
+        probs = Categorical(logits=self.actor(hidden), validate_args=False)
         if action is None:
             action = probs.sample()
         if not self.shared_network:
-            hidden, critic_state = self.recur(self.critic_body, self.critic_rnn, x, state[self.num_state_tensors :], done)
-            next_state = torch.cat([next_state, critic_state])  # the actor's rows, then the critic's
+            hidden, critic_state = self.recur(
+                self.critic_body, self.critic_rnn, x, state[self.num_state_tensors :], done
+            )
+            next_state = torch.cat([next_state, critic_state])  # the actor's rows first
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden), next_state
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
-    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the first
-    observation of a new episode (step t-1 ended one); next_done is the same for the observation after the rollout,
-    whose value next_value bootstraps the segment. gae=False: n-step returns, advantages = returns - values. The scan
-    runs in numpy on the host (a torch op per step costs 5x as much; the float32 arithmetic is the same)."""
+    """G2: advantages and returns of a rollout shaped (num_steps, num_envs). dones[t] is 1 where obs[t] is the
+    first observation of a new episode (step t-1 ended one); next_done is the same for the observation after
+    the rollout, whose value next_value bootstraps the segment. gae=False: n-step returns, and advantages the
+    returns minus the values. The scan runs in numpy on the host (a torch op per step costs 5x as much; the
+    float32 arithmetic is the same)."""
     device = values.device
-    rewards, values, dones, next_value, next_done = (x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done))
+    rewards, values, dones, next_value, next_done = (
+        x.cpu().numpy() for x in (rewards, values, dones, next_value, next_done)
+    )
     num_steps = rewards.shape[0]
     if gae:
         advantages = np.zeros_like(rewards)
@@ -339,15 +360,16 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 
 
 def normalize_advantages(advantages):
-    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the reference's
-    numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64 samples, 0.2% for 256."""
+    """G3, applied to each minibatch (its last axis). torch's std() divides by n - 1 (ddof=1, as CleanRL); the
+    reference's numpy std divides by n, which makes its advantages larger by sqrt(n / (n - 1)): 0.8% for 64
+    samples, 0.2% for 256."""
     return (advantages - advantages.mean(-1, keepdim=True)) / (advantages.std(-1, keepdim=True) + 1e-8)
 
 
 def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_beta):
-    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last axis.
-    The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions: non-negative, unbiased,
-    with the exact KL's gradient in expectation."""
+    """G1: the negated surrogate objective of the paper's Table 1 variant `surrogate`, the mean over the last
+    axis. The KL penalty uses the estimate (r - 1) - log r of KL[pi_old, pi] on the rollout's actions:
+    non-negative, unbiased, with the exact KL's gradient in expectation."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     pg_loss = -advantages * ratio
@@ -359,7 +381,7 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
 
 
 def value_loss(newvalue, oldvalue, returns, clip_coef, clip_vloss):
-    """G4: half the squared error (its mean over the last axis); clip_vloss: the larger of the plain and the clipped errors."""
+    """G4: half the squared error (mean over the last axis); clip_vloss: the larger of plain and clipped."""
     v_loss = (newvalue - returns) ** 2
     if clip_vloss:
         v_clipped = oldvalue + torch.clamp(newvalue - oldvalue, -clip_coef, clip_coef)
@@ -377,27 +399,29 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
 
 
 def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
-    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged statistics;
-    KL estimates and clip fraction carry no gradient."""
-    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(mb["obs"], mb["state"], mb["dones"], mb["actions"])
+    """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged
+    statistics; KL estimates and clip fraction carry no gradient."""
+    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+        mb["obs"], mb["state"], mb["dones"], mb["actions"]
+    )
     logratio = newlogprob - mb["logprobs"]
     with torch.no_grad():
         ratio = logratio.exp()
         old_approx_kl = (-logratio).mean(-1)
         approx_kl = ((ratio - 1) - logratio).mean(-1)
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
-    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]  # G3
+    mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
     pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
     v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # G5
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
     return loss, stats | {"old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
 
 
 def env_minibatches(num_steps, num_envs, num_minibatches):
-    """B3: minibatches of whole env sequences: the envs are shuffled and split, each minibatch takes all steps of its
-    envs. Yields (env indices, flat batch indices in time-major order)."""
+    """B3: minibatches of whole env sequences: the envs are shuffled and split, each minibatch takes all steps
+    of its envs. Yields (env indices, flat batch indices in time-major order)."""
     env_inds = np.arange(num_envs)
     np.random.shuffle(env_inds)
     flat_inds = np.arange(num_steps * num_envs).reshape(num_steps, num_envs)
@@ -413,12 +437,12 @@ def ppo_backward(agent, mb, args: Args, clip_coef, kl_beta):
 
 
 def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_size=1, backward=ppo_backward):
-    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a run long
-    enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled graph (under torchrun,
-    X2, the gradients alone)."""
+    """One optimizer step on the minibatch `mb`; returns ppo_loss's statistics. --compile (the default, on a
+    run long enough to pay for it) swaps in ppo_utils.compiled.compiled_step: these lines as one compiled
+    graph (under torchrun, X2, the gradients alone)."""
     optimizer.zero_grad()
-    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)  # the loss and its gradients
-    average_gradients(agent.parameters(), world_size)  # X2: every rank steps with the mean of all ranks' gradients
+    mb_stats = backward(agent, mb, args, clip_coef, kl_beta)
+    average_gradients(agent.parameters(), world_size)  # X2
     if args.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # G8
     optimizer.step()
@@ -426,10 +450,11 @@ def minibatch_step(agent, optimizer, mb, args: Args, clip_coef, kl_beta, world_s
 
 
 def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world_size=1, step=minibatch_step):
-    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()), each minibatch the
-    sequences of whole envs (B3). step: minibatch_step. Returns ppo_loss's statistics by name, each the mean over all
-    minibatches of all epochs, as tensors (no device sync here, except for X3), and "epochs", the epochs run."""
-    all_mb_stats = []  # each minibatch's statistics; the update logs their mean over all epochs, as the reference does
+    """G7: `update_epochs` epochs of minibatch steps on the flat batch (a dict, built in train()), each
+    minibatch the sequences of whole envs (B3). step: minibatch_step. Returns ppo_loss's statistics by name,
+    each the mean over all minibatches of all epochs (as the reference logs them), as tensors (no device sync
+    here, except for X3), and "epochs", the epochs run."""
+    all_mb_stats = []
     for epoch in range(args.update_epochs):
         for mb_env_inds, mb_inds in env_minibatches(args.num_steps, args.num_envs, args.num_minibatches):
             mb = {key: value[mb_inds] for key, value in batch.items() if key != "state"}
@@ -438,37 +463,39 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
-        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:  # device sync
+        if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
     return dict(zip(mb_stats, torch.stack(all_mb_stats).mean(0))) | {"epochs": epoch + 1}
 
 
 def batch_kl(agent, batch):
-    """The estimate of KL[pi_old, pi] over the whole batch (its last axis), measured after an update (for kl-adaptive)."""
+    """KL[pi_old, pi] estimated over the whole batch (its last axis) after an update (for kl-adaptive)."""
     with torch.no_grad():
-        _, newlogprob, _, _, _ = agent.get_action_and_value(batch["obs"], batch["state"], batch["dones"], batch["actions"])
+        _, newlogprob, _, _, _ = agent.get_action_and_value(
+            batch["obs"], batch["state"], batch["dones"], batch["actions"]
+        )
         logratio = newlogprob - batch["logprobs"]
         return ((logratio.exp() - 1) - logratio).mean(-1)
 
 
 def truncation_bootstrap(agent, state, infos, terminations, truncations, gamma):
-    """B1: gamma * V(final observation) for the envs whose episode the time limit cut short, 0 for the others."""
+    """B1: gamma * V(final observation) for the envs the time limit cut short, 0 for the others."""
     device = next(agent.parameters()).device
     cut = truncations & ~terminations
     bonus = np.zeros(len(cut), dtype=np.float32)
     if cut.any():
         final_obs = torch.as_tensor(np.stack(infos["final_obs"][cut]), dtype=torch.float32, device=device)
         with torch.inference_mode():
-            no_reset = torch.zeros(int(cut.sum()), device=device)  # B3: it continues the episode, from `state`
-            bonus[cut] = gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()  # device sync
+            no_reset = torch.zeros(int(cut.sum()), device=device)  # B3: the episode goes on
+            bonus[cut] = gamma * agent.get_value(final_obs, state[:, cut], no_reset).flatten().cpu().numpy()
     return bonus
 
 
 def act(agent, envs, args: Args, next_obs, next_done, state=None):
-    """--eval-checkpoint's step (ppo_utils.run.evaluate calls it): the action train() samples for the observations an env
-    step returned, as envs.step takes it, and the recurrent state after it in a script that has one."""
+    """--eval-checkpoint's step (ppo_utils.run.evaluate calls it): the action train() samples for an env
+    step's observations, as envs.step takes it, and the recurrent state after it (where a script has one)."""
     device = next(agent.parameters()).device
-    state = agent.initial_state(len(next_obs), device) if state is None else state  # B3: zero at the start
+    state = agent.initial_state(len(next_obs), device) if state is None else state  # B3
     next_obs = torch.as_tensor(next_obs, device=device)
     with torch.inference_mode():
         action, _, _, _, state = agent.get_action_and_value(next_obs, state, next_done.to(device))
@@ -476,46 +503,49 @@ def act(agent, envs, args: Args, next_obs, next_done, state=None):
 
 
 def train(args: Args, stop_signals=()):
-    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and notebooks).
-    Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the run finishes the
-    current env step, saves a checkpoint, closes everything and returns."""
-    args, checkpoint = resume_flags(args)  # --resume: the run goes on with its checkpoint's flags (others are refused)
-    check_args(args)  # every flag and the env id: a bad one ends here, in one line, before anything is written
-    rank, world_size, device = distributed_setup(args.cuda)  # X2: torchrun's process group; rank r on GPU r of its node
-    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)  # its folder, logs
-    seed = rank_seed(args.seed, rank)  # X2: each rank draws its own numbers; rank 0 (a single process) uses --seed
+    """The whole run; returns the agent, the episodic returns seen and the last rollout (for tests and
+    notebooks). Once `stop_signals` is non-empty (the script's SIGINT and SIGTERM handlers append to it) the
+    run finishes the current env step, saves a checkpoint, closes everything and returns."""
+    args, checkpoint = resume_flags(args)
+    check_args(args)
+    rank, world_size, device = distributed_setup(args.cuda)  # X2
+    run = Run(args, resumed_from=checkpoint, rank=rank, world_size=world_size, stop_signals=stop_signals)
+    seed = rank_seed(args.seed, rank)  # X2
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32  # float32 unless --tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
     envs = make_envs(replace(args, capture_video=args.capture_video and rank == 0), run.video_folder)
     agent = Agent(envs, args).to(device)
-    fused = args.fused_adam or None  # None: PyTorch's default Adam
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused)  # G11
+    fused = args.fused_adam or None
+    optimizer = torch.optim.Adam(
+        agent.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=fused
+    )  # G11
     update_step = minibatch_step  # no --compile here: dynamo cannot trace nn.LSTM and nn.GRU
-    last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)  # the last finished update: none yet
-    if checkpoint:  # the checkpoint's parameters, optimizer, env statistics and RNG states replace those made above
+    last_update = Update(iteration=0, global_step=0, kl_beta=args.kl_beta)
+    if checkpoint:
         last_update = restore(checkpoint, agent, optimizer, envs, rank, args)
-    broadcast_parameters(agent, world_size)  # X2: every rank starts from rank 0's parameters
+    broadcast_parameters(agent, world_size)  # X2
     run.start(agent, optimizer, envs, last_update)
     global_step, kl_beta = last_update.global_step, last_update.kl_beta
 
-    # storage; dones[t] = 1 where obs[t] is the first observation of a new episode (step t-1 ended one). The rewards and
-    # episode ends stay on the host until the rollout ends: a step copies the observations in and the action out
-    obs_dtype = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else torch.float32  # frames stay bytes
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=obs_dtype, device=device)
+    # dones[t] = 1 where obs[t] starts an episode; rewards and dones stay on the host till the update
+    obs_dtype = torch.uint8 if envs.single_observation_space.dtype == np.uint8 else torch.float32
+    obs = torch.zeros(
+        (args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=obs_dtype, device=device
+    )
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     rewards = torch.zeros((args.num_steps, args.num_envs))
     dones = torch.zeros((args.num_steps, args.num_envs))
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
-    next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i (a resumed run adds the step it starts from)
-    run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
+    next_obs, _ = envs.reset(seed=seed + global_step)  # env i: seed + i, plus a resumed run's step
+    run.check_observations(next_obs, global_step)
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs)
     next_state = initial_state = agent.initial_state(args.num_envs, device)  # B3
@@ -528,34 +558,44 @@ def train(args: Args, stop_signals=()):
         initial_state = next_state.clone()  # B3: training recomputes the states from here
 
         for step in range(args.num_steps):
-            global_step += args.num_envs * world_size  # X2: the steps of all ranks
+            global_step += args.num_envs * world_size  # X2
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
-                action, logprob, _, value, next_state = agent.get_action_and_value(next_obs, next_state, next_done.to(device))
+                action, logprob, _, value, next_state = agent.get_action_and_value(
+                    next_obs, next_state, next_done.to(device)
+                )
             values[step] = value.flatten()
             actions[step] = action
             logprobs[step] = logprob
 
-            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())  # device sync
-            run.check_observations(next_obs, global_step)  # a NaN observation stops the run here, before an update learns it
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            run.check_observations(next_obs, global_step)
             if args.bootstrap_truncated:
-                reward = reward + truncation_bootstrap(agent, next_state, infos, terminations, truncations, args.gamma)  # B1
+                reward = reward + truncation_bootstrap(
+                    agent, next_state, infos, terminations, truncations, args.gamma
+                )  # B1
             rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
             next_obs = torch.as_tensor(next_obs, device=device)
             next_done = torch.as_tensor(terminations | truncations, dtype=torch.float32)
             run.log.record_episodes(infos, global_step)
-            if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):  # SIGINT or SIGTERM
+            if run.should_stop(last_step_of_rollout=step == args.num_steps - 1):
                 break
         if run.stopping:
-            break  # the unfinished rollout is dropped; the checkpoint is the last finished update's
+            break  # the unfinished rollout is dropped
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs, next_state, next_done.to(device)).reshape(1, -1)
-            advantages, returns = compute_gae(  # the rollout's rewards and episode ends go to the device once
-                rewards.to(device), values, dones.to(device), next_value, next_done.to(device),
-                args.gamma, args.gae_lambda, args.gae,
-            )  # fmt: skip
+            advantages, returns = compute_gae(
+                rewards.to(device),
+                values,
+                dones.to(device),
+                next_value,
+                next_done.to(device),
+                args.gamma,
+                args.gae_lambda,
+                args.gae,
+            )
 
         batch = {
             "obs": obs.reshape((-1,) + envs.single_observation_space.shape),
@@ -565,10 +605,10 @@ def train(args: Args, stop_signals=()):
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
             "dones": dones.to(device).reshape(-1),
-            "state": initial_state,  # B3: the recurrent state at the rollout's start, (rows, num_envs, hidden)
+            "state": initial_state,  # B3: the rollout's first state, (rows, num_envs, hidden)
         }
         stats = update_policy(agent, optimizer, batch, args, clip_coef, kl_beta, world_size, update_step)
-        run.check_finite(stats, iteration, global_step)  # stops before a NaN reaches a checkpoint
+        run.check_finite(stats, iteration, global_step)
         if args.surrogate == "kl-adaptive":
             kl_beta = adapt_kl_beta(
                 kl_beta, all_ranks_mean(batch_kl(agent, batch), world_size).item(), args.kl_dtarg
@@ -581,21 +621,27 @@ def train(args: Args, stop_signals=()):
         if args.surrogate in ("kl-fixed", "kl-adaptive"):
             scalars["charts/kl_beta"] = kl_beta
         if args.target_kl is not None:
-            scalars["charts/update_epochs"] = stats["epochs"]  # X3: the epochs run before the KL stopped the update
-        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}  # device sync
+            scalars["charts/update_epochs"] = stats["epochs"]  # X3
+        scalars |= {f"losses/{key}": value.item() for key, value in stats.items() if key != "epochs"}
         scalars["losses/explained_variance"] = explained_var
-        run.log.write(global_step, scalars)  # with the episodes that ended and the SPS
-        run.finish_update(iteration, global_step, kl_beta)  # a checkpoint every --checkpoint-interval updates
+        run.log.write(global_step, scalars)
+        run.finish_update(iteration, global_step, kl_beta)
 
-    run.finish()  # the last checkpoint (--save-model, or after a signal), closes everything, says where it all is
-    rollout = {"obs": obs, "actions": actions, "logprobs": logprobs, "rewards": rewards, "dones": dones, "values": values}
+    run.finish()
+    rollout = {
+        "obs": obs,
+        "actions": actions,
+        "logprobs": logprobs,
+        "rewards": rewards,
+        "dones": dones,
+        "values": values,
+    }
     rollout["initial_state"] = initial_state
     returns, sps = run.log.episodic_returns, run.log.sps
     return {"agent": agent, "run_name": run.name, "episodic_returns": returns, "rollout": rollout, "sps": sps}
 
 
 if __name__ == "__main__":
-    from ppo_utils.command_line import HELP  # the help's first line: what its ids and "the reference" are
+    from ppo_utils.command_line import HELP
 
-    # trains, or with --eval-checkpoint plays a saved agent; SIGINT and SIGTERM stop training with a checkpoint
     main(tyro.cli(Args, description=HELP), train, make_envs, Agent, act)
