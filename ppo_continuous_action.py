@@ -290,7 +290,9 @@ class Agent(nn.Module):
         self.actor_mean = layer_init(nn.Linear(64, act_dim), std=0.01, ortho=ortho)
         self.state_dependent_std = args.state_dependent_std
         if args.state_dependent_std:  # M5 ablation
-            self.actor_logstd = layer_init(nn.Linear(64, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho)
+            self.actor_logstd = layer_init(
+                nn.Linear(64, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho
+            )
         else:  # M5
             self.actor_logstd = nn.Parameter(torch.full((1, act_dim), args.log_std_init))
 

@@ -299,7 +299,7 @@ class Agent(nn.Module):
                     nn.init.orthogonal_(param, 1.0)
             return cell
 
-        # built in ppo_continuous_action.py's order (the critic whole, then the actor), each body followed by its LSTM
+        # ppo_continuous_action.py's build order (the critic whole, then the actor), each body before its LSTM
         self.shared_network = args.shared_network
         self.critic_body, self.critic_rnn = body(), rnn()
         self.critic = layer_init(nn.Linear(args.rnn_hidden_size, 1), std=1.0, ortho=ortho)

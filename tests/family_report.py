@@ -41,12 +41,11 @@ ALLOWED_TO_DIFFER = {
 # docstring: its batch's shape (B3 needs envs to split), the order its layers are built in, and the recurrent lines that
 # meet the MLP's 64 units and the Gaussian head
 ADAPTED = {
-    "        # built in ppo_continuous_action.py's order (the critic whole, then the actor), each body followed by its LSTM",
+    "        # ppo_continuous_action.py's build order (the critic whole, then the actor), each body before its LSTM",
     "    num_envs: int = 32  # (G10) number of parallel environments",
     "    num_steps: int = 64  # (G10) steps per environment in each rollout (the paper's horizon T)",
     '            cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](64, args.rnn_hidden_size)',
     "        self.actor_mean = layer_init(nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, ortho=ortho)",
-    "            self.actor_logstd = layer_init(",
     "                nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho",
     "        hidden, _ = self.recur(self.critic_body, self.critic_rnn, x, state[-self.num_state_tensors :], done)",
     "        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden), next_state",
