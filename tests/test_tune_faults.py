@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 import journal  # benchmark/journal.py
 import tune  # benchmark/tune.py
+import tune_workers  # benchmark/tune_workers.py
 
 CONTINUOUS = load_script("ppo_continuous_action").Args
 SLEEP = time.sleep
@@ -242,7 +243,7 @@ def test_an_exception_in_a_worker_thread_stops_the_tuner_in_one_line_and_leaves_
     assert said.startswith("error: this worker stopped: OSError: [Errno 28] No space left on device;") and "\n" not in said
     study = load(tmp_path / "study.journal", "tune-CartPole-v1")
     assert [t.state for t in study.trials] == [TrialState.RUNNING, TrialState.WAITING]
-    assert tune.requeue_dead(study, tmp_path, 600) == 1  # this process's lock is free now: the next worker queues it
+    assert tune_workers.requeue_dead(study, tmp_path, 600) == 1  # this process's lock is free now: the next worker queues it
 
 
 @pytest.mark.slow
