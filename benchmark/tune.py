@@ -15,19 +15,12 @@ its seeds of each run's mean episodic return over its last --last episodes: the 
 so that a study ranks trials as the reports rank runs, final performance over several episodes and seeds rather than one
 lucky episode (the training episodes themselves: no extra evaluation steps).
 
-Trials as agents: for ppo_continuous_action.py the trials of a process (--agents of them, seeds included) that share
-every flag an agent cannot set for itself are trained by one process of ppo_continuous_action_seeds.py, one --setting
-per trial (benchmark/run.py's --batch-seeds batches); the others, and every other script, train one process per
-trial and seed, --workers at a time. Trials are asked from Optuna a process at a time (its sampler, seeded, TPE's with
-the constant liar: a trial asked while others run counts them as bad, so that a batch spreads out).
-
-The study lives in its storage (default: the journal file <out>/study.journal; any Optuna storage URL). The trial cap
-is the storage's: the study is created with --trials waiting trials, which workers take one by one, so that any
-number of tuner processes, on one machine or on many sharing the storage (and --out, for the run folders), run each
-trial once. A worker killed mid-trial leaves it running in the storage; the next worker to look (the same command
-again, or another worker) finds it dead (on this machine: its lock is gone; elsewhere: no heartbeat for --grace
-seconds), marks it failed and queues it again with the same flags and folders, so that its runs continue from their
-checkpoints. Watch a study live with optuna-dashboard, which opens the same storages (docs/benchmarks.md).
+Trials are asked from Optuna a process at a time (its sampler, seeded, TPE's with the constant liar: a trial asked while
+others run counts them as bad, so that a batch spreads out) and trained by benchmark/tune_workers.py's workers: as agents
+of one process where the script can, by any number of tuner processes (on one machine or many) that share the study's
+storage (default: the journal file <out>/study.journal; any Optuna storage URL) and --out, each trial once, a killed
+worker's trials continued by the next (its docstring says how). Watch a study live with optuna-dashboard, which opens
+the same storages (docs/tuning.md).
 
 Each trial's runs are ordinary run folders, <out>/<env id>/trial-<k>/seed<s>/, that benchmark/report.py reads. Once
 every trial has ended, the worker that ends the last one trains the best trial's flags and the defaults on
@@ -52,9 +45,7 @@ from pathlib import Path
 from journal import JournalError, check_journal  # beside this file
 from project import load_package, load_script
 from run import die_with_runner, folder_name, interrupt, slurm_header
-from tune_report import keep_study, write_report
-from tune_workers import (CAP_KEY, CREATOR_KEY, SPACE_KEY, WORKER, Worker, check_trial_flags, first_line, hold_worker_lock,
-                          queue_slots, signals_deferred, wait_for_creator)  # fmt: skip
+from tune_workers import CAP_KEY, SPACE_KEY, Worker, check_trial_flags, first_line, join_study, refuse, signals_deferred
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ["ppo.py", "ppo_continuous_action.py", "ppo_atari.py", "ppo_rnn.py", "ppo_rnn_continuous_action.py",
@@ -183,11 +174,6 @@ def parse_space(specs, script, Args):
     return space
 
 
-def refuse(message):
-    raise SystemExit(f"error: {message}")
-
-
-
 # ------------------------------------------------------------------------------------------------------------ storage
 def open_storage(url, out: Path):
     """An Optuna storage: a journal file (the default <out>/study.journal, or a path ending in .journal), or any URL
@@ -237,69 +223,6 @@ def check_folder(flag, path):
             return
 
 
-def study_spec(options, space):
-    """What a study's workers must agree on, kept in its user attributes: what its trials train and how they are
-    scored, pruned, held out and found dead."""
-    return {"script": options.script, "env_id": options.env_id, "space": [d.spec() for d in space],
-            "seeds": list(options.seeds), "total_timesteps": options.total_timesteps, "flags": options.flags,
-            "last": options.last, "rungs": options.rungs, "pruner": options.pruner, "prune_after": options.prune_after,
-            "test_seeds": list(options.test_seeds), "test_timesteps": options.test_timesteps,
-            "baseline": list(options.baseline), "grace": options.grace}  # fmt: skip
-
-
-def join_study(options, space, storage, sampler, pruner, out: Path, check=lambda: None):
-    """Creates the study with its --trials waiting trials, or joins it; SystemExit where it exists with another space or
-    setup. A study whose creator died while it queued the trials is queued to the end by the worker that joins it.
-    `check` is called between two writes (signals_deferred's). Returns (study, whether this worker created it, this
-    worker's lock: hold_worker_lock's, taken before the study is created, or joined once it matches)."""
-    import optuna
-
-    spec = study_spec(options, space)
-    try:
-        exists = options.study in optuna.get_all_study_names(storage)
-    except Exception as e:  # a database without Optuna's tables
-        refuse(f"--storage {options.storage or 'its journal'}: cannot read its studies ({first_line(e)}); pass another")
-    try:
-        if not exists:  # checked first, so that joining writes nothing where the study turns out to differ
-            lock = hold_worker_lock(out)  # before the study: a worker that joins while this one queues sees it live
-            study = optuna.create_study(storage=storage, study_name=options.study, direction="maximize", sampler=sampler,
-                                        pruner=pruner)  # fmt: skip
-            study.set_user_attr(CREATOR_KEY, WORKER)
-            study.set_user_attr(SPACE_KEY, spec)
-            study.set_user_attr("tune:command", shlex.join(["python", "benchmark/tune.py", *options.argv]))  # its creator's
-            study.set_user_attr(CAP_KEY, options.trials)
-            queue_slots(study, options.trials, check)
-            return study, True, lock
-    except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
-        lock.close()
-    study = optuna.load_study(study_name=options.study, storage=storage, sampler=sampler, pruner=pruner)
-    for _ in range(50):  # a tuner names itself or the space right after it creates the study; else it is none of ours
-        if CREATOR_KEY in study.user_attrs or SPACE_KEY in study.user_attrs:
-            break
-        check()
-        time.sleep(0.1)
-    else:
-        refuse(f"--study {options.study} exists in this storage with another origin (no tune.py study: it names no space); "
-               "pass another --study")  # fmt: skip
-    wait_for_creator(study, out, check)
-    theirs = study.user_attrs.get(SPACE_KEY)
-    if theirs is not None and any(theirs[key] != spec[key] for key in spec if key in theirs):  # a study of an older
-        differ = next(key for key in spec if key in theirs and theirs[key] != spec[key])  # tuner holds fewer keys
-        refuse(f"--study {options.study} exists in this storage with another {differ.replace('_', '-')} "
-               f"({theirs[differ]!r}); give the same options to join it, or another --study")  # fmt: skip
-    cap = study.user_attrs.get(CAP_KEY, options.trials)
-    if cap != options.trials:
-        refuse(f"--study {options.study} was created with --trials {cap}; pass that to join it")
-    lock = hold_worker_lock(out)
-    if theirs is None:  # its creator died before it wrote what the study is: the same command's
-        study.set_user_attr(SPACE_KEY, spec)
-        study.set_user_attr(CAP_KEY, cap)
-    queued = queue_slots(study, cap, check)
-    if queued:
-        print(f"--study {options.study}: its creator stopped while it queued the trials; queued the {queued} missing")
-    return study, False, lock
-
-
 # ----------------------------------------------------------------------------------------------------------- held out
 def held_out(options, study, space):
     """Trains the best trial's flags and the script's defaults (with --flags both) on --test-seeds through
@@ -340,6 +263,99 @@ def run_to_end(command, what):
         raise
     if status != 0:
         refuse(f"{what} ended with exit status {status}; its lines above say why")
+
+
+def write_report(results: Path, study):
+    """<results>/README.md and the PNGs from the study kept in <results>/study.journal and the held-out report."""
+    import warnings
+
+    import matplotlib
+    import optuna
+    from optuna.trial import TrialState
+
+    matplotlib.use("Agg")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    import matplotlib.pyplot as plt
+
+    spec = study.user_attrs[SPACE_KEY]
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    rows = ["| trial | state | value | " + " | ".join(d.split("=")[0] for d in spec["space"]) + " | seconds |",
+            "|---|---|---|" + "---|" * len(spec["space"]) + "---|"]  # fmt: skip
+    for t in trials:
+        if t.state == TrialState.WAITING:
+            continue
+        value = f"{t.value:.2f}" if t.value is not None else ""
+        if t.state == TrialState.PRUNED and t.intermediate_values:
+            last = max(t.intermediate_values)
+            value = f"({t.intermediate_values[last]:.2f} at rung {last + 1})"
+        drawn = [t.params.get(d.split("=")[0].replace("-", "_"), "") for d in spec["space"]]
+        params = " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in drawn)
+        seconds = f"{t.duration.total_seconds():.0f}" if t.duration else ""
+        rows.append(f"| {t.user_attrs.get('slot', t.number)} | {t.state.name.lower()} | {value} | {params} | {seconds} |")
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    best = max(complete, key=lambda t: t.value)
+    pruned = sum(t.state == TrialState.PRUNED for t in trials)
+    failed = sum(t.state == TrialState.FAIL for t in trials)
+    plots = {"history.png": lambda: optuna.visualization.matplotlib.plot_optimization_history(study)}
+    if len(spec["space"]) > 1 and len(complete) >= 4:  # PED-ANOVA's: no scikit-learn, which fANOVA's would need
+        evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+        plots["importance.png"] = lambda: optuna.visualization.matplotlib.plot_param_importances(study, evaluator=evaluator)
+    for name, plot in plots.items():
+        plot()
+        plt.gcf().set_size_inches(7, 4)
+        plt.tight_layout()
+        plt.savefig(results / name, dpi=100)
+        plt.close("all")
+    importance = "\n![the parameters' importance](importance.png)\n" if "importance.png" in plots else ""
+    held = results / "held-out" / "README.md"
+    held_text = "(not run yet)\n"
+    if held.exists():  # its Scores and its comparisons, one level down; the rest (curves, runs) in its own README
+        sections = held.read_text().split("\n## ")[1:]
+        kept = [part for part in sections if part.startswith("Scores") or " against " in part.split("\n")[0]]
+        kept = [part for part in kept if not part.startswith("Each variant")]
+        held_text = "".join(f"### {part.rstrip()}\n\n" for part in kept)
+        held_text += "The learning curves, the runs and the commands: [held-out/README.md](held-out/README.md).\n"
+    text = f"""# Tuning {spec["script"]} on {spec["env_id"]}
+
+Produced by (the study's first worker; more join it with the same command):
+
+```bash
+{study.user_attrs.get("tune:command", "")}
+```
+
+{len(complete)} trials completed, {pruned} pruned, {failed} failed (of {study.user_attrs[CAP_KEY]}); each trial trained seeds
+{" ".join(map(str, spec["seeds"]))} for {spec["total_timesteps"]} steps with `{spec["flags"] or "(no common flags)"}`; its
+value is the mean over its seeds of each run's mean return over its last {spec["last"]} episodes.
+
+The space: {", ".join(f"`{d}`" for d in spec["space"])}.
+
+**Best:** trial {best.user_attrs.get("slot", best.number)}, {best.value:.2f}: `{best.user_attrs["flags"]}`
+
+![the study's history](history.png)
+{importance}
+## On held-out seeds
+
+{held_text}
+## Trials
+
+{chr(10).join(rows)}
+
+Rebuild: `python benchmark/tune.py --report {results}` (from study.journal and held-out/data).
+"""
+    (results / "README.md").write_text(text)
+    print(f"wrote {results / 'README.md'}")
+
+
+def keep_study(study, storage, results: Path):
+    """Copies the study into <results>/study.journal (committed; what --report rebuilds from)."""
+    import optuna
+
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / "study.journal"
+    path.unlink(missing_ok=True)
+    to = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    optuna.copy_study(from_study_name=study.study_name, from_storage=storage, to_storage=to)
+    return optuna.load_study(study_name=study.study_name, storage=to)
 
 
 def make_sampler(options, offset=0):
@@ -395,9 +411,8 @@ def main(argv=None):
     parser.add_argument("--last", type=int, default=100, help="episodes at the end of each run that make its score")
     parser.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="Optuna's sampler")
     parser.add_argument("--sampler-seed", type=int, default=0, help="the sampler's seed (its creator's; others add their pid)")
-    parser.add_argument("--pruner", choices=["none", "median", "halving"], default="none",
-                        help="stop trials that fall behind: below the median of others at the same rung, or successive "
-                        "halving")  # fmt: skip
+    parser.add_argument("--pruner", choices=["none", "median", "halving"], default="none", help="stop trials that fall "
+                        "behind: below the median of others at the same rung, or successive halving")  # fmt: skip
     parser.add_argument("--prune-after", type=int, default=4, help="median: the trials that complete before any is pruned")
     parser.add_argument("--rungs", type=int, default=3, help="steps a trial is reported (and may be pruned) at, evenly spaced")
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="training processes of this tuner at a time")
@@ -465,8 +480,7 @@ def main(argv=None):
     if not ended:
         print(f"this worker found no waiting trial; the others' running trials end elsewhere: {worker.progress()}")
         return
-    complete = study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])
-    if not complete:
+    if not study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
         failed = [t for t in study.trials if "failed" in t.user_attrs]
         why = f"trial {failed[-1].user_attrs.get('slot')}: {failed[-1].user_attrs['failed']}" if failed else f"see {out}"
         raise SystemExit(f"error: no trial of {options.study} completed ({why})")
@@ -549,8 +563,7 @@ def reported_study(results: Path):
     if not path.is_file():
         refuse(f"--report {results}: no study.journal there; pass a results folder this program wrote")
     try:
-        mended = check_journal(path)  # mends a torn last line, as a tuner does
-        if mended:
+        if mended := check_journal(path):  # mends a torn last line, as a tuner does
             print(f"mended {mended}", flush=True)
         storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
         names = optuna.get_all_study_names(storage)

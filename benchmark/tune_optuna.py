@@ -1,7 +1,6 @@
-"""The tuner's one reach past Optuna's public API, Study._storage: a study's storage, which Optuna has no public getter for.
-The rest is the storage's public methods, for what Study has no method for: taking a waiting trial without making one
-(Study.ask() makes a trial where none waits: past the cap) and failing another worker's trial. tests/test_tune.py checks
-them against the installed Optuna. Optuna is imported where used: its import takes seconds that --help need not wait."""
+"""The tuner's one reach past Optuna's public API, Study._storage (a study's storage: Optuna has no public getter), and the
+storage's public methods for what Study has none for: taking a waiting trial without making one (Study.ask() makes one
+where none waits) and failing another worker's trial. tests/test_tune.py checks them against the installed Optuna."""
 
 
 def storage_of(study):

@@ -1,8 +1,12 @@
-"""benchmark/tune.py's scheduler: its workers take the study's waiting trials from the storage, one per slot, train them
-in processes (batched as agents where the script can), report them at their rungs, stop the pruned, score and tell, and
-find dead workers' trials and queue them again (tune.py's docstring says how, for its user). The search, what a trial
-draws and how a study is made or joined, is tune.py's; a Worker knows the space only as the Dimensions' suggest and
-words. Optuna's storage is reached through tune_optuna.py, its one private member there."""
+"""benchmark/tune.py's scheduler: the study its workers share, and a worker's processes (tune.py is the search: the space,
+sampler and pruner, held-out runs and report). The trial cap is the storage's: the study is created with --trials waiting
+trials, one per slot, which workers take one by one, so that any number of tuner processes run each trial once. A Worker
+takes a process's worth (for ppo_continuous_action.py, --agents runs, seeds included, of the trials that share every flag
+an agent cannot set: one ppo_continuous_action_seeds.py process, as run.py's --batch-seeds; else a process per trial and
+seed), --workers processes at a time, reports each trial at its rungs, stops a pruned one's process, scores and tells. A
+worker killed mid-trial leaves it running in the storage; the next to look finds it dead (here: its lock is free;
+elsewhere: no heartbeat for --grace seconds), fails it and queues it again with the same flags and slot, so that its runs
+continue from their checkpoints. Optuna's storage is reached past its public API only through tune_optuna.py."""
 
 import contextlib
 import fcntl
@@ -35,6 +39,10 @@ def first_line(error):
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
+def refuse(message):
+    raise SystemExit(f"error: {message}")
+
+
 def check_trial_flags(Args, words):
     """Why the script would refuse these flags (its own checks, ppo_utils.flag_checks.check_args, before anything
     starts: a batch the minibatches do not split, a bad env id), or None; its parser's error, or its ArgError's."""
@@ -56,6 +64,68 @@ def check_trial_flags(Args, words):
 
 
 # ------------------------------------------------------------------------------------------------------------- queue
+def study_spec(options, space):
+    """What a study's workers must agree on, kept in its user attributes: what its trials train and how they are
+    scored, pruned, held out and found dead."""
+    return {"script": options.script, "env_id": options.env_id, "space": [d.spec() for d in space],
+            "seeds": list(options.seeds), "total_timesteps": options.total_timesteps, "flags": options.flags,
+            "last": options.last, "rungs": options.rungs, "pruner": options.pruner, "prune_after": options.prune_after,
+            "test_seeds": list(options.test_seeds), "test_timesteps": options.test_timesteps,
+            "baseline": list(options.baseline), "grace": options.grace}  # fmt: skip
+
+
+def join_study(options, space, storage, sampler, pruner, out: Path, check=lambda: None):
+    """Creates the study with its --trials waiting trials, or joins it; SystemExit where it exists with another space or
+    setup. A study whose creator died while it queued the trials is queued to the end by the worker that joins it.
+    `check` is called between two writes (signals_deferred's). Returns (study, whether this worker created it, this
+    worker's lock: hold_worker_lock's, taken before the study is created, or joined once it matches)."""
+    import optuna
+
+    spec = study_spec(options, space)
+    try:
+        exists = options.study in optuna.get_all_study_names(storage)
+    except Exception as e:  # a database without Optuna's tables
+        refuse(f"--storage {options.storage or 'its journal'}: cannot read its studies ({first_line(e)}); pass another")
+    try:
+        if not exists:  # checked first, so that joining writes nothing where the study turns out to differ
+            lock = hold_worker_lock(out)  # before the study: a worker that joins while this one queues sees it live
+            study = optuna.create_study(storage=storage, study_name=options.study, direction="maximize", sampler=sampler,
+                                        pruner=pruner)  # fmt: skip
+            study.set_user_attr(CREATOR_KEY, WORKER)
+            study.set_user_attr(SPACE_KEY, spec)
+            study.set_user_attr("tune:command", shlex.join(["python", "benchmark/tune.py", *options.argv]))  # its creator's
+            study.set_user_attr(CAP_KEY, options.trials)
+            queue_slots(study, options.trials, check)
+            return study, True, lock
+    except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
+        lock.close()
+    study = optuna.load_study(study_name=options.study, storage=storage, sampler=sampler, pruner=pruner)
+    for _ in range(50):  # a tuner names itself or the space right after it creates the study; else it is none of ours
+        if CREATOR_KEY in study.user_attrs or SPACE_KEY in study.user_attrs:
+            break
+        check()
+        time.sleep(0.1)
+    else:
+        refuse(f"--study {options.study} exists in this storage with another origin (no tune.py study: it names no space); "
+               "pass another --study")  # fmt: skip
+    wait_for_creator(study, out, check)
+    theirs = study.user_attrs.get(SPACE_KEY)
+    if theirs is not None and any(theirs[key] != spec[key] for key in spec if key in theirs):  # a study of an older
+        differ = next(key for key in spec if key in theirs and theirs[key] != spec[key])  # tuner holds fewer keys
+        refuse(f"--study {options.study} exists in this storage with another {differ.replace('_', '-')} "
+               f"({theirs[differ]!r}); give the same options to join it, or another --study")  # fmt: skip
+    cap = study.user_attrs.get(CAP_KEY, options.trials)
+    if cap != options.trials:
+        refuse(f"--study {options.study} was created with --trials {cap}; pass that to join it")
+    lock = hold_worker_lock(out)
+    if theirs is None:  # its creator died before it wrote what the study is: the same command's
+        study.set_user_attr(SPACE_KEY, spec)
+        study.set_user_attr(CAP_KEY, cap)
+    if queued := queue_slots(study, cap, check):
+        print(f"--study {options.study}: its creator stopped while it queued the trials; queued the {queued} missing")
+    return study, False, lock
+
+
 def queue_slots(study, cap, check):
     """Queues a waiting trial for each slot 0..cap-1 that no trial holds yet (the trial cap: a worker takes a waiting
     one, or none), calling `check` before each; returns how many."""
@@ -119,8 +189,7 @@ def hold_worker_lock(out: Path):
 
 
 def worker_alive(worker, out: Path, heartbeat, grace):
-    host, _, _ = worker.partition(":")
-    if host == socket.gethostname():
+    if worker.partition(":")[0] == socket.gethostname():
         path = out / "workers" / f"{worker}.lock"
         if not path.exists():
             return False
@@ -297,10 +366,7 @@ class Worker:
         while unit is not None and not self.stopping.is_set():
             watcher = threading.Thread(target=self.guarded(self.watch), args=(unit,), daemon=True)
             watcher.start()
-            if isinstance(unit, Batch):
-                status = execute_batch(unit, self.out, self.stopping)[2]
-            else:
-                status = execute(unit, self.out, self.stopping)[2]
+            status = (execute_batch if isinstance(unit, Batch) else execute)(unit, self.out, self.stopping)[2]
             unit.ended = True
             watcher.join()
             if status == "live":  # a killed worker's process still saves its checkpoints there: once it has ended
@@ -369,8 +435,7 @@ class Worker:
         count = lambda *states: sum(t.state in states for t in trials)  # noqa: E731
         done, pruned = count(TrialState.COMPLETE, TrialState.PRUNED), count(TrialState.PRUNED)
         running, waiting = count(TrialState.RUNNING), count(TrialState.WAITING)
-        complete = [t for t in trials if t.state == TrialState.COMPLETE]
-        best = max(complete, key=lambda t: t.value, default=None)
+        best = max((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.value, default=None)
         said = f"{done}/{self.options.trials} trials ended ({pruned} pruned), {running} running, {waiting} waiting"
         if best is not None:
             said += f"; best {best.value:.2f} (trial {best.user_attrs.get('slot', best.number)})"
@@ -383,8 +448,7 @@ class Worker:
         """While the unit's process trains: reads its progress lines (each run's step and mean return), reports each
         trial at each rung its seeds have all passed, and stops the process where Optuna prunes one of its trials
         (SIGTERM: every run saves a checkpoint; the others then continue from theirs)."""
-        folder = unit.folder(self.out)
-        log, offset = folder / "output.log", None
+        log, offset = unit.folder(self.out) / "output.log", None
         pattern = re.compile(r"^(?:(?:\S+-trial-(\d+) )?seed (\d+): )?step (\d+)/\d+ .*mean return \(last \d+\) (\S+)")
         runs = unit.runs if isinstance(unit, Batch) else [unit]
         single = not isinstance(unit, Batch) or len(unit.variants) == 1
@@ -393,10 +457,7 @@ class Worker:
             if not log.exists():
                 continue
             with open(log) as handle:
-                if offset is None:
-                    handle.seek(0, 2)  # the lines of this process, not of earlier ones in the same folder
-                else:
-                    handle.seek(offset)
+                handle.seek(0, 2) if offset is None else handle.seek(offset)  # at first its end: this process's lines only
                 lines = handle.readlines()
                 offset = handle.tell()
             for line in lines:
@@ -430,12 +491,9 @@ class Worker:
         """SIGTERM to the processes that train the pruned trial `one`: its Batch's, or its seeds' own."""
         folders = [str(batch.folder(self.out).resolve())] if batch else [str(r.folder(self.out).resolve()) for r in one.runs]
         for process in list(RUNNING):
-            try:
-                cwd = os.readlink(f"/proc/{process.pid}/cwd")
-            except OSError:
-                continue
-            if cwd in folders:
-                process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(OSError):  # a process that has ended meanwhile
+                if os.readlink(f"/proc/{process.pid}/cwd") in folders:
+                    process.send_signal(signal.SIGTERM)
 
     def beat(self):
         """Beats the heartbeat of every trial this worker holds, training or queued behind another, every quarter of
@@ -446,10 +504,8 @@ class Worker:
             with self.lock:
                 held = [one.trial for one in self.trials.values() if one.trial is not None]
             for trial in held:
-                try:
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):  # told meanwhile, here or elsewhere
                     trial.set_user_attr("heartbeat", time.time())
-                except optuna.exceptions.UpdateFinishedTrialError:  # told meanwhile (here, or by a worker elsewhere)
-                    pass
 
     def guarded(self, function):
         """`function` for a thread of this worker: an exception in it (a journal error, a bug) stops the whole worker,
@@ -507,4 +563,3 @@ class Worker:
                              "study (the same command)")  # fmt: skip
         trials = self.study.get_trials(deepcopy=False)
         return not any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
-

@@ -133,8 +133,8 @@ def test_a_study_whose_creator_died_while_queueing_is_queued_to_the_end_by_the_n
     storage = tune.open_storage(str(tmp_path / "study.journal"), tmp_path)
     space = tune.parse_space(["ent-coef=0..0.01"], "ppo_continuous_action.py", CONTINUOUS)
     study = optuna.create_study(storage=storage, study_name="s", direction="maximize")
-    study.set_user_attr(tune.CREATOR_KEY, f"{socket.gethostname()}:999999999")
-    study.set_user_attr(tune.SPACE_KEY, tune.study_spec(options(trials=10), space))
+    study.set_user_attr(tune_workers.CREATOR_KEY, f"{socket.gethostname()}:999999999")
+    study.set_user_attr(tune.SPACE_KEY, tune_workers.study_spec(options(trials=10), space))
     study.set_user_attr(tune.CAP_KEY, 10)
     for slot in range(3):
         study.enqueue_trial({}, user_attrs={"slot": slot})
