@@ -284,10 +284,10 @@ def test_the_slurm_script_runs_workers_of_the_same_study(tmp_path):
 
 # ------------------------------------------------------------------------------------------- Optuna's private member
 def test_the_optuna_that_is_installed_still_has_what_tune_optuna_relies_on(tmp_path, monkeypatch):
-    """benchmark/tune_optuna.py against the installed Optuna: Study._storage is the storage a study was made with (a
-    journal's itself; an RDB's, Optuna's cache over it, reads the same study), and its absence is said naming it; a
-    waiting trial is taken by one worker only, even one that read the queue before another took it, and none is made
-    where none waits; another worker's running trial is failed once. Each assert names what Optuna changed."""
+    """benchmark/tune_optuna.py against the installed Optuna, on a journal (the RDB storages: test_tune_postgres.py's
+    tuners): Study._storage is the storage a study was made with, and its absence is said naming it; a waiting trial is
+    taken by one worker only, even one that read the queue before another took it, and none is made where none waits;
+    another worker's running trial is failed once. Each assert names what Optuna changed."""
 
     def journal():
         return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "s.journal")))
@@ -295,11 +295,6 @@ def test_the_optuna_that_is_installed_still_has_what_tune_optuna_relies_on(tmp_p
     storage = journal()
     study = optuna.create_study(storage=storage, study_name="s")
     assert tune_optuna.storage_of(study) is storage, "optuna.study.Study._storage is not the storage the study was made with"
-    rdb = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="r")
-    rdb.enqueue_trial({"x": 1.0})
-    number = rdb.get_trials()[0].number
-    found = tune_optuna.storage_of(rdb).get_trial(tune_optuna.trial_id(rdb, number))
-    assert found.number == number and found.state == TrialState.WAITING, "optuna.study.Study._storage of an RDB study"
     with pytest.raises(RuntimeError, match=r"optuna\.study\.Study\._storage is no storage here \(NoneType\)"):
         tune_optuna.storage_of(SimpleNamespace(study_name="s"))
     for slot in (0, 1):
