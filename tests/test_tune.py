@@ -17,6 +17,7 @@ from conftest import ROOT, load_script
 from optuna.trial import TrialState
 
 import tune  # benchmark/tune.py
+import tune_optuna  # benchmark/tune_optuna.py
 
 CONTINUOUS = load_script("ppo_continuous_action").Args
 # a tiny Pendulum run: 4 updates of 256 steps
@@ -279,3 +280,37 @@ def test_the_slurm_script_runs_workers_of_the_same_study(tmp_path):
     worker = script.strip().splitlines()[-1]
     assert "benchmark/tune.py" in worker and "--storage postgresql://u@db/optuna" in worker and "--slurm" not in worker
     assert not (tmp_path / "runs").exists()  # no study was made: the array job's workers make it
+
+
+# ------------------------------------------------------------------------------------------- Optuna's private member
+def test_the_optuna_that_is_installed_still_has_what_tune_optuna_relies_on(tmp_path, monkeypatch):
+    """benchmark/tune_optuna.py against the installed Optuna, on a journal (the RDB storages: test_tune_postgres.py's
+    tuners): Study._storage is the storage a study was made with, and its absence is said naming it; a waiting trial is
+    taken by one worker only, even one that read the queue before another took it, and none is made where none waits;
+    another worker's running trial is failed once. Each assert names what Optuna changed."""
+
+    def journal():
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "s.journal")))
+
+    storage = journal()
+    study = optuna.create_study(storage=storage, study_name="s")
+    assert tune_optuna.storage_of(study) is storage, "optuna.study.Study._storage is not the storage the study was made with"
+    with pytest.raises(RuntimeError, match=r"optuna\.study\.Study\._storage is no storage here \(NoneType\)"):
+        tune_optuna.storage_of(SimpleNamespace(study_name="s"))
+    for slot in (0, 1):
+        study.enqueue_trial({}, user_attrs={"slot": slot})
+    other = optuna.load_study(study_name="s", storage=journal())  # another worker: a storage of its own
+    stale = other.get_trials(deepcopy=False, states=[TrialState.WAITING])  # what it read before this worker took one
+    taken = tune_optuna.take_waiting(study)
+    assert isinstance(taken, optuna.Trial) and taken.user_attrs == {"slot": 0}
+    monkeypatch.setattr(other, "get_trials", lambda **kwargs: stale)
+    second = tune_optuna.take_waiting(other)
+    assert second is not None and second.user_attrs == {"slot": 1}, (
+        "BaseStorage.set_trial_state_values(RUNNING) no longer refuses a trial another worker set RUNNING"
+    )
+    assert tune_optuna.take_waiting(study) is None and len(study.get_trials()) == 2  # none waits: none made
+    assert [t.state for t in study.get_trials()] == [TrialState.RUNNING] * 2
+    assert tune_optuna.fail_running(other, study.get_trials()[0], "its worker died")
+    assert not tune_optuna.fail_running(study, study.get_trials()[0], "again"), "a finished trial was failed again"
+    failed = study.get_trials()[0]
+    assert failed.state == TrialState.FAIL and failed.user_attrs == {"slot": 0, "failed": "its worker died"}

@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 import journal  # benchmark/journal.py
 import tune  # benchmark/tune.py
+import tune_workers  # benchmark/tune_workers.py
 
 CONTINUOUS = load_script("ppo_continuous_action").Args
 SLEEP = time.sleep
@@ -132,8 +133,8 @@ def test_a_study_whose_creator_died_while_queueing_is_queued_to_the_end_by_the_n
     storage = tune.open_storage(str(tmp_path / "study.journal"), tmp_path)
     space = tune.parse_space(["ent-coef=0..0.01"], "ppo_continuous_action.py", CONTINUOUS)
     study = optuna.create_study(storage=storage, study_name="s", direction="maximize")
-    study.set_user_attr(tune.CREATOR_KEY, f"{socket.gethostname()}:999999999")
-    study.set_user_attr(tune.SPACE_KEY, tune.study_spec(options(trials=10), space))
+    study.set_user_attr(tune_workers.CREATOR_KEY, f"{socket.gethostname()}:999999999")
+    study.set_user_attr(tune.SPACE_KEY, tune_workers.study_spec(options(trials=10), space))
     study.set_user_attr(tune.CAP_KEY, 10)
     for slot in range(3):
         study.enqueue_trial({}, user_attrs={"slot": slot})
@@ -242,7 +243,7 @@ def test_an_exception_in_a_worker_thread_stops_the_tuner_in_one_line_and_leaves_
     assert said.startswith("error: this worker stopped: OSError: [Errno 28] No space left on device;") and "\n" not in said
     study = load(tmp_path / "study.journal", "tune-CartPole-v1")
     assert [t.state for t in study.trials] == [TrialState.RUNNING, TrialState.WAITING]
-    assert tune.requeue_dead(study, tmp_path, 600) == 1  # this process's lock is free now: the next worker queues it
+    assert tune_workers.requeue_dead(study, tmp_path, 600) == 1  # this process's lock is free now: the next worker queues it
 
 
 @pytest.mark.slow
