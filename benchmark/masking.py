@@ -30,9 +30,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from sps import load_script  # beside this file; importing it loads ppo_utils/ from the project's folder
+from speed import load_script  # beside this file; importing it loads ppo_utils/ from the project's folder
 
-from ppo_utils.envpool_backend import EnvpoolTasks  # noqa: E402  (loaded by sps)
+from ppo_utils.envpool_backend import EnvpoolTasks  # noqa: E402  (loaded by speed)
 
 ROOT = Path(__file__).resolve().parent.parent
 ppo_masked = load_script("ppo_masked.py")

@@ -16,7 +16,7 @@ import tempfile
 
 import torch
 
-from sps import load_script  # beside this file
+from speed import load_script  # beside this file
 
 BACKENDS = ("sync", "envpool")
 

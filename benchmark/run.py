@@ -40,7 +40,7 @@ from glob import glob
 from pathlib import Path
 
 from report_data import link_outside, read_csv, read_run  # beside this file
-from versus import machine
+from speed import machine  # beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ total_timesteps // (batch_size x the torchrun processes)).
 each env step (Run.should_stop) to stop with a checkpoint. It returns a dict: "agent" (the trained nn.Module),
 "run_name" (its run folder's name), "episodic_returns" (each finished episode's return, in order), "rollout" (the last
 rollout's tensors: obs, actions, logprobs, rewards, dones, values) and "sps"; the batched script gives lists, one entry
-per agent, and "agents". main() does not read it (tests, notebooks and benchmark/sps.py do).
+per agent, and "agents". main() does not read it (tests, notebooks and benchmark/speed.py do).
 
 `make_envs(args, video_folder=None)`: the gymnasium VectorEnv of args.num_envs envs that train() and --eval-checkpoint
 play (SAME_STEP autoreset, RecordEpisodeStatistics under the scaling wrappers: infos["final_info"]["episode"]), env 0
