@@ -117,6 +117,23 @@ def size_report(root=ROOT):
     return lines
 
 
+def readme_report(root=ROOT):
+    """The README's figures for `diff ppo.py ppo_masked.py` (its lines, added, removed) against diff's count."""
+    import re
+    import subprocess
+
+    text = " ".join((root / "README.md").read_text().split())
+    said = re.search(r"`diff ppo.py ppo_masked.py` [^:]*: (\d+) lines \((\d+) added, (\d+) removed\)", text)
+    lines = subprocess.run(["diff", "ppo.py", "ppo_masked.py"], cwd=root, capture_output=True, text=True).stdout.splitlines()
+    counted = (len(lines), sum(line.startswith("> ") for line in lines), sum(line.startswith("< ") for line in lines))
+    if not said:
+        return ["README.md no longer states the size of diff ppo.py ppo_masked.py"]
+    if tuple(map(int, said.groups())) != counted:
+        return [f"README.md says diff ppo.py ppo_masked.py is {said.group(1)} lines ({said.group(2)} added, "
+                f"{said.group(3)} removed); diff counts {counted[0]} ({counted[1]} added, {counted[2]} removed)"]
+    return []
+
+
 def reading_report(root=ROOT):
     """Per script: its comments (# ... on a line of their own or after code, read with tokenize) and its long lines."""
     import io
@@ -133,7 +150,7 @@ def reading_report(root=ROOT):
 
 
 if __name__ == "__main__":
-    departures = text_report()
+    departures = text_report() + readme_report()
     print("shared text:", "as allowed" if not departures else f"{len(departures)} departures")
     for line in departures:
         print(f"  {line}")

@@ -5,8 +5,6 @@ size of `diff ppo.py ppo_masked.py` (test_masked.py), the masking table (test_ma
 counts (test_table1.py)."""
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import masking  # benchmark/masking.py (pyproject.toml puts benchmark/ on pytest's path)
@@ -60,19 +58,6 @@ def test_readme_names_each_container_it_runs_and_stops_them_by_name():
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the README's figures
-
-
-def test_the_readme_states_the_size_of_the_diff_from_ppo_py():
-    """The README's figures for `diff ppo.py ppo_masked.py` are the diff's: its lines, and the lines added and removed."""
-    if shutil.which("diff") is None:
-        pytest.skip("no diff program on this machine")
-    text = " ".join((ROOT / "README.md").read_text().split())
-    said = re.search(r"`diff ppo.py ppo_masked.py` [^:]*: (\d+) lines \((\d+) added, (\d+) removed\)", text)
-    assert said, "the README no longer states the diff's size"
-    out = subprocess.run(["diff", "ppo.py", "ppo_masked.py"], cwd=ROOT, capture_output=True, text=True).stdout
-    lines = out.splitlines()
-    counted = (len(lines), sum(line.startswith("> ") for line in lines), sum(line.startswith("< ") for line in lines))
-    assert tuple(int(n) for n in said.groups()) == counted
 
 
 def rounded_like(said: str, value: float) -> bool:

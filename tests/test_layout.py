@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 from conftest import ROOT, load_script
-from family_report import CONTINUOUS, MASKED, PPO, RNN, RNN_CONTINUOUS, changed_lines, text_report, top_level_definitions
+from family_report import (CONTINUOUS, MASKED, PPO, RNN, RNN_CONTINUOUS, changed_lines, readme_report, text_report,
+                           top_level_definitions)
 
 NAMES = (PPO, CONTINUOUS, "ppo_atari", RNN, RNN_CONTINUOUS, MASKED)
 # the top-level definitions all six scripts have, and those only some have
@@ -86,3 +87,17 @@ def test_the_batched_variant_takes_what_batching_does_not_change_from_its_parent
     parent, variant = load_script(CONTINUOUS), load_script(SEEDS)
     assert [name for name in SEEDS_IMPORTED if getattr(variant, name) is not getattr(parent, name)] == []
     assert issubclass(variant.SeedsArgs, parent.Args) and not hasattr(variant, "act")
+
+
+def test_the_report_names_a_readme_whose_diff_figures_are_stale(tmp_path):
+    """The README's size of `diff ppo.py ppo_masked.py`, checked against the diff program's count on a copy."""
+    if shutil.which("diff") is None:
+        pytest.skip("no diff program on this machine")
+    for name in (PPO, MASKED):
+        shutil.copy(ROOT / f"{name}.py", tmp_path)
+    readme = (ROOT / "README.md").read_text()
+    (tmp_path / "README.md").write_text(readme)
+    assert readme_report(tmp_path) == []
+    (tmp_path / "ppo_masked.py").write_text((ROOT / "ppo_masked.py").read_text() + "\n\nA_NEW_LINE = 1\n")
+    (line,) = readme_report(tmp_path)
+    assert line.startswith("README.md says diff ppo.py ppo_masked.py is ") and line.endswith(" added, 45 removed)"), line
