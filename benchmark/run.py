@@ -186,25 +186,15 @@ class PlannedRun:
     flags: list = field(default_factory=list)  # env flags, --flags, then the variant's; a peer's: its own from --peer
     peer: bool = False  # another project's script (--peer)
 
+    runs = property(lambda self: [self])  # as a Batch's
+    key = property(lambda self: (self.env_id, self.variant, self.seed))
+
     def folder(self, out: Path) -> Path:
         return out / self.env_id / self.variant / f"seed{self.seed}"
 
-    @property
-    def key(self):
-        return self.env_id, self.variant, self.seed
-
-    def command(self):
-        return [
-            sys.executable,
-            str(ROOT / self.script),  # a peer's script is an absolute path, which this join keeps
-            "--env-id",
-            self.env_id,
-            "--seed",
-            str(self.seed),
-            "--total-timesteps",
-            str(self.total_timesteps),
-            *self.flags,
-        ]
+    def command(self):  # a peer's script is an absolute path, which the join keeps
+        return [sys.executable, str(ROOT / self.script), "--env-id", self.env_id, "--seed", str(self.seed),
+                "--total-timesteps", str(self.total_timesteps), *self.flags]  # fmt: skip
 
 
 SEEDS_SCRIPT = "ppo_continuous_action_seeds.py"  # --batch-seeds: one process trains the seeds and variants of a task
@@ -244,26 +234,13 @@ class Batch:
     (several: <first variant>+<how many more>/); each run's folder then goes where its own would be."""
 
     runs: list
-
-    @property
-    def env_id(self):
-        return self.runs[0].env_id
-
-    @property
-    def variants(self):
-        return list(dict.fromkeys(run.variant for run in self.runs))
-
-    @property
-    def variant(self):  # for the progress lines
-        return ", ".join(self.variants)
-
-    @property
-    def seeds(self):
-        return list(dict.fromkeys(run.seed for run in self.runs))
-
-    @property
-    def seed(self):  # for the progress lines
-        return " ".join(map(str, self.seeds))
+    script = SEEDS_SCRIPT
+    peer = False
+    env_id = property(lambda self: self.runs[0].env_id)
+    variants = property(lambda self: list(dict.fromkeys(run.variant for run in self.runs)))
+    seeds = property(lambda self: list(dict.fromkeys(run.seed for run in self.runs)))
+    variant = property(lambda self: ", ".join(self.variants))  # for the progress lines
+    seed = property(lambda self: " ".join(map(str, self.seeds)))
 
     def folder(self, out: Path) -> Path:
         first, more = self.variants[0], len(self.variants) - 1
@@ -271,7 +248,7 @@ class Batch:
 
     def command(self):
         first = self.runs[0]
-        command = [sys.executable, str(ROOT / SEEDS_SCRIPT), "--env-id", self.env_id, "--seeds", *map(str, self.seeds),
+        command = [sys.executable, str(ROOT / self.script), "--env-id", self.env_id, "--seeds", *map(str, self.seeds),
                    "--total-timesteps", str(first.total_timesteps)]  # fmt: skip
         if len(self.variants) == 1:
             return command + first.flags
@@ -359,9 +336,7 @@ def build_matrix(options):
     if script is None:
         raise SystemExit("error: pass --preset or --script")
     if not (ROOT / script).is_file():
-        raise SystemExit(
-            f"error: --script {script}: no such script; choose one of this project's ppo_*.py"
-        )
+        raise SystemExit(f"error: --script {script}: no such script; choose one of this project's ppo_*.py")
     if options.env_ids:
         envs = {env_id: envs.get(env_id, (None, "")) for env_id in options.env_ids}
     for env_id in envs:
@@ -383,12 +358,8 @@ def build_matrix(options):
                     "--variant no-gae=--no-gae"
                 )
             variants[name] = flags
-    elif options.preset == "ablation":
-        variants = ablations(script)
-    elif options.preset == "table1":
-        variants = TABLE1
     else:
-        variants = {"default": ""}
+        variants = {"ablation": ablations(script), "table1": TABLE1}.get(options.preset, {"default": ""})
     if set(peers) & set(variants):
         raise SystemExit(f"error: {', '.join(sorted(set(peers) & set(variants)))}: a peer and a variant share a name")
     runs = []
@@ -410,17 +381,13 @@ def build_matrix(options):
 def commit(root=ROOT):
     """The checkout's commit, with "+changes" when its tracked code (Python files, requirements.txt) differs from it,
     so that editing a report or README while runs start does not mark them; None outside git."""
+    git = lambda *words: subprocess.run(["git", *words], cwd=root, capture_output=True, text=True)  # noqa: E731
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", "*.py", "requirements.txt"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "*.py", "requirements.txt").stdout.strip()
+    except OSError:
         return None
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    return None if head.returncode else head.stdout.strip() + ("+changes" if dirty else "")
 
 
 def committed_runs(results: Path):
@@ -448,8 +415,7 @@ def writable(out: Path):
 
 
 def checkpoint_of(folder: Path):
-    found = sorted(glob(str(folder / "runs" / "*" / "agent.pt")))
-    return found[-1] if found else None
+    return max(glob(str(folder / "runs" / "*" / "agent.pt")), default=None)
 
 
 def held(run_folder: Path):
@@ -590,55 +556,36 @@ def launch(command, folder: Path, stopping: threading.Event, threads):
     return returncode, seconds, status, revision
 
 
-def execute(run: PlannedRun, out: Path, stopping: threading.Event, threads=1):
-    """Runs one training process in its folder with `threads` torch threads (the CPUs shared among the workers);
-    writes done.json when it completed. Returns (run, seconds, status): done, stopped (by a signal, after saving a
-    checkpoint), failed, or live (another process trains it now: nothing touched). MUJOCO_GL is left as the caller has
-    it: no run renders unless its flags ask to."""
-    folder = run.folder(out)
-    if live_folders(folder):
-        return run, 0.0, "live"
+def execute(unit, out: Path, stopping: threading.Event, threads=1):
+    """Runs a PlannedRun's or a Batch's training process in its folder with `threads` torch threads (the CPUs shared
+    among the workers), continuing from the checkpoints where each run has one (--resume takes the runs' own flags),
+    else starting all over; a Batch's run folders are then moved to their runs' folders. Writes each run's done.json
+    when the process completed (a Batch's: the whole process's seconds). Returns (unit, seconds, status): done, stopped
+    (by a signal, after saving a checkpoint), failed, or live (another process trains in one of its folders now:
+    nothing touched). MUJOCO_GL is left as the caller has it: no run renders unless its flags ask to."""
+    folder, runs = unit.folder(out), unit.runs
+    if any(live_folders(path) for path in {folder, *(run.folder(out) for run in runs)}):
+        return unit, 0.0, "live"
     folder.mkdir(parents=True, exist_ok=True)
-    command = run.command()
-    checkpoint = checkpoint_of(folder)
-    if checkpoint:  # interrupted earlier: continue it (--resume takes the run's own flags)
-        command = [sys.executable, str(ROOT / run.script), "--resume", checkpoint]
-    elif (folder / "runs").exists():
-        shutil.rmtree(folder / "runs")  # a run that died without a checkpoint starts over
-    returncode, seconds, status, revision = launch(command, folder, stopping, threads)
-    if status == "done":
-        record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
-        record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
-        if run.peer:  # another project's script
-            record["peer"] = str(Path(run.script).name)
-        write_record(run, out, record)
-    return run, seconds, status
-
-
-def execute_batch(batch: Batch, out: Path, stopping: threading.Event, threads=1):
-    """execute() for a Batch: one process trains its runs (continuing them from their checkpoints if every one has
-    one); each run's folder is then moved to <out>/<env id>/<variant>/seed<k>/runs/ and gets its done.json, whose
-    seconds are the whole process's. The process's output goes to <out>/<env id>/<variant>/output.log."""
-    folder = batch.folder(out)
-    if any(live_folders(path) for path in [folder] + [run.folder(out) for run in batch.runs]):
-        return batch, 0.0, "live"
-    folder.mkdir(parents=True, exist_ok=True)
-    command = batch.command()
-    checkpoints = [checkpoint_of(run.folder(out)) for run in batch.runs]
-    if all(checkpoints):  # interrupted earlier: continue them (--resume takes the runs' own flags)
-        command = [sys.executable, str(ROOT / SEEDS_SCRIPT), "--resume", *checkpoints]
-    else:  # none, or not all of them, has a checkpoint: all start over
-        for path in [run.folder(out) / "runs" for run in batch.runs] + [folder / "runs"]:
+    checkpoints = [checkpoint_of(run.folder(out)) for run in runs]
+    if all(checkpoints):  # interrupted earlier: continue
+        command = [sys.executable, str(ROOT / unit.script), "--resume", *checkpoints]
+    else:  # none, or not all of a Batch's, has a checkpoint: all start over (a run that died without one too)
+        command = unit.command()
+        for path in {folder / "runs", *(run.folder(out) / "runs" for run in runs)}:
             if path.exists():
                 shutil.rmtree(path)
     returncode, seconds, status, revision = launch(command, folder, stopping, threads)
-    move_batch_runs(batch, folder, out)
+    if isinstance(unit, Batch):
+        move_batch_runs(unit, folder, out)
     if status == "done":
-        record = {"command": shlex.join(batch.command()), "returncode": returncode, "seconds": round(seconds, 1)}
-        record |= {"commit": revision, "machine": machine(), "seeds_in_process": len(batch.runs)}  # its agents
-        for run in batch.runs:
+        record = {"command": shlex.join(unit.command()), "returncode": returncode, "seconds": round(seconds, 1)}
+        record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
+        record |= {"seeds_in_process": len(runs)} if isinstance(unit, Batch) else {}  # its agents
+        record |= {"peer": str(Path(unit.script).name)} if unit.peer else {}  # another project's script
+        for run in runs:
             write_record(run, out, record)
-    return batch, seconds, status
+    return unit, seconds, status
 
 
 def slurm_script(options, argv, count):
@@ -669,31 +616,19 @@ def main(argv=None):
     parser.add_argument("--env-ids", nargs="+", help="environment ids")
     parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's, or 1)")
     parser.add_argument("--total-timesteps", type=int, help="steps of every run (default: the preset's per env)")
-    parser.add_argument(
-        "--flags",
-        default="",
-        help='flags for every run, e.g. --flags "--vector-env envpool" (one flag alone: --flags=--no-gae)',
-    )
+    parser.add_argument("--flags", default="", help='flags for every run, e.g. --flags "--vector-env envpool" (one flag '
+                        "alone: --flags=--no-gae)")  # fmt: skip
     parser.add_argument("--variant", action="append", help="NAME=FLAGS, repeatable, e.g. --variant no-gae=--no-gae")
-    parser.add_argument(
-        "--peer",
-        action="append",
-        help="NAME=SCRIPT, repeatable: another project's script, run with its own defaults ('NAME=SCRIPT FLAGS': with those)",
-    )
+    parser.add_argument("--peer", action="append", help="NAME=SCRIPT, repeatable: another project's script, run with its "
+                        "own defaults ('NAME=SCRIPT FLAGS': with those)")  # fmt: skip
     parser.add_argument("--out", help="folder of the runs (default: benchmark/runs/<preset or script name>)")
-    parser.add_argument(
-        "--results",
-        help="report folder whose data/runs.csv lists runs not to run again "
-        "(default: benchmark/results/<preset or script name>)",
-    )
+    parser.add_argument("--results", help="report folder whose data/runs.csv lists runs not to run again (default: "
+                        "benchmark/results/<preset or script name>)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="runs at the same time (default: the CPUs)")
     parser.add_argument("--index", type=int, help="run only the run with this index in the matrix (for array jobs)")
-    parser.add_argument(
-        "--batch-seeds",
-        action="store_true",
-        help=f"train the seeds of each task of ppo_continuous_action.py in one process of {SEEDS_SCRIPT}, its variants "
-        "too where their flags differ only in those a --setting may set (the same runs, sooner; docs/speed.md)",
-    )
+    parser.add_argument("--batch-seeds", action="store_true", help=f"train the seeds of each task of ppo_continuous_action.py "
+                        f"in one process of {SEEDS_SCRIPT}, its variants too where their flags differ only in those a "
+                        "--setting may set (the same runs, sooner; docs/speed.md)")  # fmt: skip
     parser.add_argument("--print-commands", action="store_true", help="print one shell line per unfinished run and exit")
     parser.add_argument("--slurm", metavar="FILE", help="write a Slurm array job script running the matrix and exit")
     options = parser.parse_args(argv)
@@ -761,27 +696,21 @@ def main(argv=None):
     stopping, finished, unfinished, durations = threading.Event(), 0, [], []
     with ThreadPoolExecutor(max_workers=options.workers) as pool:
         threads = max(1, (os.cpu_count() or 1) // options.workers)
-        futures = [
-            pool.submit(execute_batch if isinstance(run, Batch) else execute, run, out, stopping, threads) for run in todo
-        ]
+        futures = [pool.submit(execute, run, out, stopping, threads) for run in todo]
         try:
             for future in as_completed(futures):
                 run, seconds, status = future.result()
                 finished += 1
                 durations.append(seconds)
                 if status == "live":  # started since this call looked: by another runner on the same --out
-                    live |= {one.key for one in getattr(run, "runs", [run])}
+                    live |= {one.key for one in run.runs}
                 elif status != "done" and not stopping.is_set():
                     unfinished.append(run)
-                remaining = len(todo) - finished
-                eta = sum(durations) / len(durations) * -(-remaining // options.workers)  # rounds of runs still to come
-                said = {"failed": f"FAILED (see {run.folder(out) / 'output.log'})", "stopped": "STOPPED by a signal"}
-                said["live"] = "LEFT ALONE: another process trains it now"
-                print(
-                    f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {said.get(status, status)} "
-                    f"in {seconds:.0f} s; about {eta / 60:.0f} min left",
-                    flush=True,
-                )
+                eta = sum(durations) / len(durations) * -(-(len(todo) - finished) // options.workers)  # rounds to come
+                said = {"failed": f"FAILED (see {run.folder(out) / 'output.log'})", "stopped": "STOPPED by a signal",
+                        "live": "LEFT ALONE: another process trains it now"}.get(status, status)  # fmt: skip
+                print(f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {said} in {seconds:.0f} s; "
+                      f"about {eta / 60:.0f} min left", flush=True)  # fmt: skip
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runs save a checkpoint and exit, no new run starts
             stopping.set()
             for future in futures:
