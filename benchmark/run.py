@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
 
-from report_data import link_outside, read_csv, read_run  # beside this file
+from report_data import link_outside, read_csv, read_run, writable  # beside this file
 from speed import machine  # beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -341,10 +340,8 @@ def build_matrix(options):
         envs = {env_id: envs.get(env_id, (None, "")) for env_id in options.env_ids}
     for env_id in envs:
         if not folder_name(env_id):
-            raise SystemExit(
-                f"error: --env-ids {env_id}: an env id names its runs' folder, <out>/<env id>/; pass one without / that "
-                "is not . or .."
-            )
+            raise SystemExit(f"error: --env-ids {env_id}: an env id names its runs' folder, <out>/<env id>/; pass one without "
+                             "/ that is not . or ..")  # fmt: skip
     if not envs:
         raise SystemExit("error: no env ids; pass --env-ids")
     seeds = options.seeds or seeds
@@ -353,10 +350,8 @@ def build_matrix(options):
         for spec in options.variant:
             name, sep, flags = spec.partition("=")
             if not sep or not folder_name(name):
-                raise SystemExit(
-                    f"error: --variant {spec}: write NAME=FLAGS, NAME a folder's name (no /, not . or ..), e.g. "
-                    "--variant no-gae=--no-gae"
-                )
+                raise SystemExit(f"error: --variant {spec}: write NAME=FLAGS, NAME a folder's name (no /, not . or ..), e.g. "
+                                 "--variant no-gae=--no-gae")  # fmt: skip
             variants[name] = flags
     else:
         variants = {"ablation": ablations(script), "table1": TABLE1}.get(options.preset, {"default": ""})
@@ -401,17 +396,6 @@ def committed_runs(results: Path):
     if not {"env_id", "variant", "seed"} <= set(rows):
         raise SystemExit(f"error: {table}: not the runs.csv benchmark/report.py writes (no env_id, variant, seed); {fix}")
     return set(zip(rows["env_id"], rows["variant"], rows["seed"].astype(int)))
-
-
-def writable(out: Path):
-    """Why no file can be made in `out`, or in the nearest folder above it (the runner makes those missing): the
-    file system's reason (read-only, another user's), tried by making one; None where it can."""
-    nearest = next(path for path in [out, *out.parents] if path.is_dir())
-    try:
-        with tempfile.TemporaryFile(dir=nearest):
-            return None
-    except OSError as error:
-        return f"cannot write in {nearest} ({error.strerror})"
 
 
 def checkpoint_of(folder: Path):
@@ -720,15 +704,11 @@ def main(argv=None):
             print("interrupted; run the same command again to continue the unfinished runs", flush=True)
             raise SystemExit(130)
     if unfinished:
-        raise SystemExit(
-            f"error: {len(unfinished)} of {len(todo)} runs failed or were stopped; their output.log says why, and the "
-            "same command runs them again (a stopped run continues from its checkpoint)"
-        )
+        raise SystemExit(f"error: {len(unfinished)} of {len(todo)} runs failed or were stopped; their output.log says why, "
+                         "and the same command runs them again (a stopped run continues from its checkpoint)")  # fmt: skip
     if live:
-        raise SystemExit(
-            f"error: {len(live)} runs are trained by another process now (it holds their run folders); run the same "
-            "command again once it has ended, which continues or records them"
-        )
+        raise SystemExit(f"error: {len(live)} runs are trained by another process now (it holds their run folders); run the "
+                         "same command again once it has ended, which continues or records them")  # fmt: skip
     print(f"all {len(runs)} runs done; summarize them with: python benchmark/report.py {out}")
 
 
