@@ -480,22 +480,16 @@ def masking_tables(data: Path, last: int):
         nvec = nvec_of(space.single_action_space)
         space.close()
         actions = f"Discrete({nvec[0]})" if len(nvec) == 1 else f"MultiDiscrete({len(nvec)} x {nvec[0]})"
-        lines.append(
-            f"| {env_id} | {actions} | {share:.1%} | {joint:.1%} | {allr['ended_invalid'].mean():.0%} | "
-            f"{removed['ended_invalid'].mean():.0%} | {gap:+.2f} | {gap / span:.2f} |"
-        )
+        lines.append(f"| {env_id} | {actions} | {share:.1%} | {joint:.1%} | {allr['ended_invalid'].mean():.0%} | "
+                     f"{removed['ended_invalid'].mean():.0%} | {gap:+.2f} | {gap / span:.2f} |")  # fmt: skip
     share_table = "\n".join(lines)
 
     wall = pd.read_csv(data / "wall_time.csv")
-    lines = [
-        "| round | implementation | steps | wall time (s) | SPS (logged last) | load average | tests running |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
-    ]
+    lines = ["| round | implementation | steps | wall time (s) | SPS (logged last) | load average | tests running |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
     for row in wall.itertuples():
-        lines.append(
-            f"| {row.round} | {row.implementation} | {row.steps} | {row.seconds:.1f} | {row.sps:.0f} | "
-            f"{row.load_average:.2f} | {'yes' if row.tests_running else 'no'} |"
-        )
+        lines.append(f"| {row.round} | {row.implementation} | {row.steps} | {row.seconds:.1f} | {row.sps:.0f} | "
+                     f"{row.load_average:.2f} | {'yes' if row.tests_running else 'no'} |")  # fmt: skip
     for name, group in wall.groupby("implementation", sort=False):
         lines.append(f"| mean | {name} | | {mean_std(group['seconds'])} | {mean_std(group['sps'])} | | |")
     wall_table = "\n".join(lines)
