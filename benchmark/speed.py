@@ -151,8 +151,8 @@ def steps_of(proc):
     if proc.kind in ("env-only", "raw-env", "update") or "--total-timesteps" not in words:
         return None
     last = {w: i for i, w in enumerate(words)}  # a flag given twice: the last counts, as for tyro and argparse
-    seeds = next((j for j, w in enumerate(words[last["--seeds"] + 1 :]) if w.startswith("--")), -1) if "--seeds" in last else 1
-    seeds = len(words) - last["--seeds"] - 1 if seeds == -1 else seeds
+    after = words[last["--seeds"] + 1 :] if "--seeds" in last else None  # the seeds run to the next flag or the end
+    seeds = next((j for j, w in enumerate(after) if w.startswith("--")), len(after)) if after is not None else 1
     trials = int(words[last["--trials"] + 1]) if "--trials" in last else 1
     return int(words[last["--total-timesteps"] + 1]) * seeds * max(words.count("--setting"), 1) * trials
 
