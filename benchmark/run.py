@@ -572,16 +572,16 @@ def execute(unit, out: Path, stopping: threading.Event, threads=1):
     return unit, seconds, status
 
 
-def slurm_script(options, argv, count):
-    """A Slurm array job whose task i runs the i-th run of the matrix through this program (so skipping still works)."""
-    arguments = [a for a in argv if a not in ("--slurm", options.slurm) and not a.startswith("--slurm=")]
-    runner = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
-    name = f"ppo-{options.preset or Path(options.script).stem}"
-    return slurm_header(name, count, 2, options.out) + f"{runner} --workers 1 --index $SLURM_ARRAY_TASK_ID\n"
-
-
-def slurm_header(name, count, cpus, out):
-    """The #SBATCH lines of an array job of `count` tasks of `cpus` CPUs each, logging to <out>/slurm-<job>_<task>.log."""
+def slurm_job(name, count, cpus, out, program, argv, drop, then=""):
+    """A Slurm array job of `count` tasks of `cpus` CPUs each, logging to <out>/slurm-<job>_<task>.log, each running
+    `program` with argv less the job's own options `drop` (--X VALUE or --X=VALUE), then `then`."""
+    words, kept = list(argv), []
+    while words:
+        word = words.pop(0)
+        if word in drop:
+            words = words[1:]
+        elif not word.startswith(tuple(f"{flag}=" for flag in drop)):
+            kept.append(word)
     return (
         "#!/bin/bash\n"
         f"#SBATCH --job-name={name}\n"
@@ -589,6 +589,7 @@ def slurm_header(name, count, cpus, out):
         f"#SBATCH --cpus-per-task={cpus}\n"
         "#SBATCH --mem=8G\n"
         f"#SBATCH --output={out}/slurm-%A_%a.log\n"
+        f"{shlex.join([sys.executable, str(Path(program).resolve()), *kept])}{then}\n"
     )
 
 
@@ -633,7 +634,9 @@ def main(argv=None):
     runs = [run for run in matrix if (run.env_id, run.variant, run.seed) not in recorded]
     committed = len(matrix) - len(runs)
     if options.slurm:
-        Path(options.slurm).write_text(slurm_script(options, argv, len(runs)))
+        name = f"ppo-{options.preset or Path(options.script).stem}"  # each task runs one run through this program
+        then = " --workers 1 --index $SLURM_ARRAY_TASK_ID"
+        Path(options.slurm).write_text(slurm_job(name, len(runs), 2, options.out, __file__, argv, ["--slurm"], then))
         print(f"wrote {options.slurm}: {len(runs)} array tasks; submit with: sbatch {options.slurm}")
         return
     if options.index is not None:

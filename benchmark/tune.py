@@ -44,7 +44,7 @@ from pathlib import Path
 
 from journal import JournalError, check_journal  # beside this file
 from project import load_package, load_script
-from run import die_with_runner, interrupt, slurm_header
+from run import die_with_runner, interrupt, slurm_job
 from tune_workers import CAP_KEY, SPACE_KEY, Worker, check_trial_flags, first_line, join_study, refuse, signals_deferred
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -381,19 +381,6 @@ def make_pruner(options):
     return optuna.pruners.NopPruner()
 
 
-def slurm_script(options, argv):
-    """A Slurm array job of --slurm-workers tuner processes joining the study (its storage must reach them all)."""
-    arguments, words = [], list(argv)
-    while words:  # all but --slurm and --slurm-workers, which are the job's
-        word = words.pop(0)
-        if word in ("--slurm", "--slurm-workers"):
-            words.pop(0)
-        elif not word.startswith(("--slurm=", "--slurm-workers=")):
-            arguments.append(word)
-    worker = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
-    return slurm_header(f"tune-{options.study}", options.slurm_workers, options.workers, options.out) + f"{worker}\n"
-
-
 def make_parser():
     """tune.py's command line (benchmark/speed.py's cleanrl-tuner reads a search from it too)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
@@ -456,7 +443,9 @@ def main(argv=None):
     if options.slurm:
         if not Path(options.slurm).parent.is_dir():
             refuse(f"--slurm {options.slurm}: no folder {Path(options.slurm).parent}; make it, or write the job elsewhere")
-        Path(options.slurm).write_text(slurm_script(options, argv))
+        job = slurm_job(f"tune-{options.study}", options.slurm_workers, options.workers, options.out, __file__, argv,
+                        ["--slurm", "--slurm-workers"])  # tuners joining the study: its storage must reach them all
+        Path(options.slurm).write_text(job)
         print(f"wrote {options.slurm}: sbatch it (its {options.slurm_workers} tuners share --storage and --out)")
         return
 
