@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from project import load_package, load_script  # beside this file
+from project import load_package, load_script, refuse as bad  # beside this file
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -61,10 +61,6 @@ BUILTINS = {"env-only": {"--steps"}, "raw-env": {"--steps", "--per-agent"}, "spl
 STEPS = ("graph", "grad", "loss-backward", "plain")
 TUNE_END = "all trials ended"  # tune.py's line once its last trial has ended (--no-test); cleanrl-tuner's last line
 load_package("ppo_utils")  # the scripts' package, for them and for the tools that import load_script from here
-
-
-def bad(message):
-    raise SystemExit(f"error: {message}")
 
 
 def machine():

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from report_data import read_run  # beside this file
+from project import refuse  # beside this file
+from report_data import read_run
 from run import RUNNING, Batch, PlannedRun, checkpoint_of, execute, gather_batch_runs, per_agent_part
 from tune_optuna import fail_running, take_waiting
 
@@ -37,10 +38,6 @@ WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this worker's name in its tr
 
 def first_line(error):
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def refuse(message):
-    raise SystemExit(f"error: {message}")
 
 
 def check_trial_flags(Args, words):
