@@ -37,19 +37,8 @@ from pathlib import Path
 from report_data import merge_data, read_csv, read_data, read_runs_folder, summarize, taken_runs, writable, write_data
 from report_figures import plot_env
 from report_table1 import PAPER_TABLE1, TABLE1_SETTINGS, plot_table1, plot_table1_curves, table1_section
-from report_tables import (
-    REFERENCE_SCORES,
-    SOURCES,
-    ablation_table,
-    aggregate_iqm,
-    comparison_table,
-    floor_section,
-    peer_table,
-    runs_table,
-    score_table,
-    statistics_table,
-    variant_order,
-)
+from report_tables import (REFERENCE_SCORES, SOURCES, ablation_table, aggregate_iqm, comparison_table, floor_section,
+                           peer_table, runs_table, score_table, statistics_table, variant_order)  # fmt: skip
 
 # What the report writes in data/ (write_data's files, and the commands and --compare pairs kept for rebuilds)
 DATA_FILES = ["episodes.csv.gz", "runs.csv", "stats.csv.gz", "commands.txt", "compare.txt"]

@@ -299,12 +299,8 @@ def aggregate_iqm(runs: pd.DataFrame):
         common = sorted(set.intersection(*(set(group[group["env_id"] == t]["seed"]) for t in tasks))) if tasks else []
         if len(tasks) < 2 or not common:
             continue
-        scores = np.array(
-            [
-                [group[(group["env_id"] == t) & (group["seed"] == s)]["score"].iloc[0] / REFERENCE_SCORES[t][0] for t in tasks]
-                for s in common
-            ]
-        )
+        score = group.set_index(["seed", "env_id"])["score"]  # one run per seed and task
+        scores = np.array([[score[s, t] / REFERENCE_SCORES[t][0] for t in tasks] for s in common])
         point, low, high = iqm_interval(scores)  # a fixed bootstrap seed: a rebuild from the same data gives the same
         lines.append(f"| {variant} | {', '.join(tasks)} | {len(common)} | {point:.2f} [{low:.2f}, {high:.2f}] |")
     if not lines:
