@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-from report import read_data, summarize  # beside this file
+from report_data import read_data, summarize  # beside this file
 from report_stats import difference_interval
+from report_tables import mean_std
 
 
 def scores(folder: Path, variant: str, last: int):
@@ -25,11 +25,6 @@ def scores(folder: Path, variant: str, last: int):
 
 def short(score):
     return f"{score:.0f}" if abs(score) >= 100 else f"{score:.1f}"
-
-
-def mean_std(score):
-    """The mean over seeds ± their sample standard deviation (ddof 1), as the report writes it; one seed: the mean."""
-    return f"{np.mean(score):.1f} ± {np.std(score, ddof=1):.1f}" if len(score) > 1 else f"{np.mean(score):.1f}"
 
 
 def main(argv=None):

@@ -257,30 +257,26 @@ def play(env_id, seed, episodes, choose, max_steps=MAX_STEPS):
     obs, _ = envs.reset(seed=seed)
     rows, masked, joint, bad, total = [], [], [], False, 0.0
     while len(rows) < episodes:
-        if len(masked) == max_steps:
-            rows.append({
-                "return": total, "length": max_steps, "ended_invalid": int(bad), "truncated": 1, "capped": 1,
-                "masked_share": float(np.mean(masked)), "joint_invalid": float(np.mean(joint)),
-            })  # fmt: skip
-            masked, joint, total = [], [], 0.0
+        if len(masked) == max_steps:  # cut: the next episode starts from a reset
+            ended = total, max_steps, True, 1
             obs, _ = envs.reset()
-            continue
-        flat, mask = ppo_masked.observe(envs, obs, nvec, True)
-        shares = action_shares(mask, nvec)
-        masked.append(shares[0][0])
-        joint.append(shares[1][0])
-        action = np.asarray(choose(flat, mask, nvec)).reshape(1, len(nvec))
-        bad = bool(invalid(action, mask, nvec)[0])
-        obs, reward, terminations, truncations, infos = envs.step(action.reshape(envs.action_space.shape))
-        total += float(reward[0])
-        if terminations[0] or truncations[0]:
+        else:
+            flat, mask = ppo_masked.observe(envs, obs, nvec, True)
+            shares = action_shares(mask, nvec)
+            masked.append(shares[0][0])
+            joint.append(shares[1][0])
+            action = np.asarray(choose(flat, mask, nvec)).reshape(1, len(nvec))
+            bad = bool(invalid(action, mask, nvec)[0])
+            obs, reward, terminations, truncations, infos = envs.step(action.reshape(envs.action_space.shape))
+            total += float(reward[0])
+            if not (terminations[0] or truncations[0]):
+                continue
             episode = infos["final_info"]["episode"]
-            rows.append({
-                "return": float(episode["r"][0]), "length": int(episode["l"][0]), "ended_invalid": int(bad),
-                "truncated": int(truncations[0] and not terminations[0]), "capped": 0,
-                "masked_share": float(np.mean(masked)), "joint_invalid": float(np.mean(joint)),
-            })  # fmt: skip
-            masked, joint, total = [], [], 0.0
+            ended = float(episode["r"][0]), int(episode["l"][0]), truncations[0] and not terminations[0], 0
+        ret, length, truncated, capped = ended
+        values = ret, length, int(bad), int(truncated), capped, float(np.mean(masked)), float(np.mean(joint))
+        rows.append(dict(zip(FIELDS, values)))
+        masked, joint, total = [], [], 0.0
     envs.close()
     return rows
 
@@ -397,8 +393,9 @@ def others_running():
 
 def wall_time(env_id, total_timesteps, rounds, seed, out, flags=()):
     """`rounds` rounds of ours (ppo_masked.py) then MaskablePPO (this file), the same steps, seed and flags (of
-    PEER_FLAGS; none: ours' defaults), one at a time with one thread (OMP_NUM_THREADS=1), each in its own folder under `out`: the process's wall time, the SPS
-    logged last, the load average around it and whether the tests were running at its start or end."""
+    PEER_FLAGS; none: ours' defaults), one at a time with one thread (OMP_NUM_THREADS=1), each in its own folder under
+    `out`: the process's wall time, the SPS logged last, the load average around it and whether the tests were running
+    at its start or end."""
     from report_data import read_run  # beside this file
 
     commands = {
@@ -441,11 +438,10 @@ def masking_tables(data: Path, last: int):
     """The section of the masking report: the table of scores (per task, mean ± sample std over seeds of each seed's
     mean), the share of invalid actions, the wall times, from the CSVs in data/."""
     import pandas as pd
-    from report_data import read_data
+    from report_data import read_data, summarize
 
-    tables = read_data(data)
-    episodes = tables.episodes.sort_values(["env_id", "variant", "seed", "step"], kind="stable")
-    scores = episodes.groupby(["env_id", "variant", "seed"])["episodic_return"].apply(lambda r: r.tail(last).mean())
+    runs = summarize(read_data(data), last)  # each run's score, report.py's
+    scores = runs.set_index(["env_id", "variant", "seed"])["score"]
     random = pd.read_csv(data / "random_policy.csv")
     unmasked = pd.read_csv(data / "unmasked.csv")
     columns = {  # name: per-seed scores of each task
@@ -457,7 +453,7 @@ def masking_tables(data: Path, last: int):
         "masked agent, mask on": unmasked[unmasked["mode"] == "masked"].groupby(["env_id", "seed"])["return"].mean(),
         "masked agent, mask removed": unmasked[unmasked["mode"] == "unmasked"].groupby(["env_id", "seed"])["return"].mean(),
     }
-    env_ids = [env_id for env_id in TASKS if env_id in set(episodes["env_id"])]
+    env_ids = [env_id for env_id in TASKS if env_id in set(runs["env_id"])]
     lines = ["| task | " + " | ".join(columns) + " |", "| --- |" + " ---: |" * len(columns)]
     for env_id in env_ids:
         cells = [mean_std(series.xs(env_id, level="env_id")) for series in columns.values()]
@@ -484,22 +480,16 @@ def masking_tables(data: Path, last: int):
         nvec = nvec_of(space.single_action_space)
         space.close()
         actions = f"Discrete({nvec[0]})" if len(nvec) == 1 else f"MultiDiscrete({len(nvec)} x {nvec[0]})"
-        lines.append(
-            f"| {env_id} | {actions} | {share:.1%} | {joint:.1%} | {allr['ended_invalid'].mean():.0%} | "
-            f"{removed['ended_invalid'].mean():.0%} | {gap:+.2f} | {gap / span:.2f} |"
-        )
+        lines.append(f"| {env_id} | {actions} | {share:.1%} | {joint:.1%} | {allr['ended_invalid'].mean():.0%} | "
+                     f"{removed['ended_invalid'].mean():.0%} | {gap:+.2f} | {gap / span:.2f} |")  # fmt: skip
     share_table = "\n".join(lines)
 
     wall = pd.read_csv(data / "wall_time.csv")
-    lines = [
-        "| round | implementation | steps | wall time (s) | SPS (logged last) | load average | tests running |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
-    ]
+    lines = ["| round | implementation | steps | wall time (s) | SPS (logged last) | load average | tests running |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
     for row in wall.itertuples():
-        lines.append(
-            f"| {row.round} | {row.implementation} | {row.steps} | {row.seconds:.1f} | {row.sps:.0f} | "
-            f"{row.load_average:.2f} | {'yes' if row.tests_running else 'no'} |"
-        )
+        lines.append(f"| {row.round} | {row.implementation} | {row.steps} | {row.seconds:.1f} | {row.sps:.0f} | "
+                     f"{row.load_average:.2f} | {'yes' if row.tests_running else 'no'} |")  # fmt: skip
     for name, group in wall.groupby("implementation", sort=False):
         lines.append(f"| mean | {name} | | {mean_std(group['seconds'])} | {mean_std(group['sps'])} | | |")
     wall_table = "\n".join(lines)
@@ -513,8 +503,9 @@ def report(results: Path, last: int):
 
     data = results / "data"
     score_table, share_table, wall_table, _ = masking_tables(data, last)
-    tables = {"scores": score_table, "shares": share_table, "wall_time": wall_table, "settings": settings_note(peer_options(data / "commands.txt"))}
-    text = (data / "masking.md").read_text().format(last=last, **tables)
+    note = settings_note(peer_options(data / "commands.txt"))
+    text = (data / "masking.md").read_text().format(last=last, scores=score_table, shares=share_table,
+                                                    wall_time=wall_table, settings=note)  # fmt: skip
     report_py.main([str(results), "--last", str(last)])
     readme = (results / "README.md").read_text()
     head, sep, rest = readme.partition("\n## Scores\n")

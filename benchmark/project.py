@@ -1,12 +1,17 @@
 """The project's package and scripts loaded as modules by the benchmark tools, from their files beside this folder, with
 the interpreter's path left as it is: the package as `ppo_utils` (so that the scripts' own `from ppo_utils... import`
-find it wherever a tool runs from), each script under its file's stem, once."""
+find it wherever a tool runs from), each script under its file's stem, once; and the tools' one-line error."""
 
 import importlib.util
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def refuse(message):
+    """Ends a tool with its one-line error."""
+    raise SystemExit(f"error: {message}")
 
 
 def load_package(name):

@@ -32,25 +32,13 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from report_data import merge_data, read_csv, read_data, read_runs_folder, summarize, taken_runs, write_data
+from report_data import merge_data, read_csv, read_data, read_runs_folder, summarize, taken_runs, writable, write_data
 from report_figures import plot_env
 from report_table1 import PAPER_TABLE1, TABLE1_SETTINGS, plot_table1, plot_table1_curves, table1_section
-from report_tables import (
-    REFERENCE_SCORES,
-    SOURCES,
-    ablation_table,
-    aggregate_iqm,
-    comparison_table,
-    floor_section,
-    peer_table,
-    runs_table,
-    score_table,
-    statistics_table,
-    variant_order,
-)
+from report_tables import (REFERENCE_SCORES, SOURCES, ablation_table, aggregate_iqm, comparison_table, floor_section,
+                           peer_table, runs_table, score_table, statistics_table, variant_order)  # fmt: skip
 
 # What the report writes in data/ (write_data's files, and the commands and --compare pairs kept for rebuilds)
 DATA_FILES = ["episodes.csv.gz", "runs.csv", "stats.csv.gz", "commands.txt", "compare.txt"]
@@ -64,20 +52,11 @@ def check_output(output: Path):
     written = [output / "README.md", data, *(data.iterdir() if data.is_dir() and not data.is_symlink() else [])]
     for path in written + sorted(output.glob("*.png")):
         if path.is_symlink():
-            raise SystemExit(
-                f"error: {path} is a link (to {os.readlink(path)}): the report writes its files in place, never through "
-                f"a link; remove the link (rm {path}) or pass another --output"
-            )
-    # a folder that takes no new file (read-only, another user's, a read-only file system): output, or the nearest folder
-    # above it, since the report makes those missing, and data/; tried by making a file, which sees what permission bits
-    # do not (root, a read-only mount)
-    nearest = next(path for path in [output, *output.absolute().parents] if path.is_dir())
-    for folder in [nearest] + ([data] if data.is_dir() else []):
-        try:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-        except OSError as error:
-            raise SystemExit(f"error: cannot write in {folder} ({error.strerror}); pass --output a folder you can write to")
+            raise SystemExit(f"error: {path} is a link (to {os.readlink(path)}): the report writes its files in place, never "
+                             f"through a link; remove the link (rm {path}) or pass another --output")  # fmt: skip
+    for folder in [output] + ([data] if data.is_dir() else []):  # output, or the nearest folder above it (made if missing)
+        if why := writable(folder):
+            raise SystemExit(f"error: {why}; pass --output a folder you can write to")
     for path in [output / "README.md", *(data / name for name in DATA_FILES)]:
         if path.exists() and not os.access(path, os.W_OK):  # a file of the report made read-only
             raise SystemExit(f"error: cannot write {path} (Permission denied); make it writable or pass another --output")
@@ -88,22 +67,13 @@ def main(argv=None):
     parser.add_argument("folder", help="a folder written by benchmark/run.py, or a results folder with data/ to rebuild")
     parser.add_argument("--output", help="where README.md, the PNGs and data/ go (default: the folder)")
     parser.add_argument("--last", type=int, default=100, help="episodes at the end of each run that make its score")
-    parser.add_argument(
-        "--take",
-        nargs=3,
-        action="append",
-        metavar=("RESULTS", "VARIANT", "NAME"),
-        help="keep beside these runs those of VARIANT in the results folder RESULTS (its data/), on the same env ids, "
-        "as variant NAME; e.g. --take benchmark/results/mujoco default full-obs",
-    )
-    parser.add_argument(
-        "--compare",
-        nargs=2,
-        action="append",
-        metavar=("BASE", "VARIANT"),
-        help="a section of VARIANT against BASE on each env: the difference of their scores with a bootstrap interval "
-        "(kept in data/compare.txt, so that a rebuild from the data has it; a new --compare replaces those kept)",
-    )
+    parser.add_argument("--take", nargs=3, action="append", metavar=("RESULTS", "VARIANT", "NAME"),
+                        help="keep beside these runs those of VARIANT in the results folder RESULTS (its data/), on the "
+                        "same env ids, as variant NAME; e.g. --take benchmark/results/mujoco default full-obs")  # fmt: skip
+    parser.add_argument("--compare", nargs=2, action="append", metavar=("BASE", "VARIANT"),
+                        help="a section of VARIANT against BASE on each env: the difference of their scores with a "
+                        "bootstrap interval (kept in data/compare.txt, so that a rebuild from the data has it; a new "
+                        "--compare replaces those kept)")  # fmt: skip
     options = parser.parse_args(argv)
     root = Path(options.folder)
     if not root.is_dir():
@@ -118,9 +88,7 @@ def main(argv=None):
     if new is None and kept is None and read_data(root / "data") is not None:  # a results folder rebuilt elsewhere
         shutil.copytree(root / "data", data, dirs_exist_ok=True)  # its data go along, so the new report rebuilds alone
         kept = read_data(data)
-    scripts_runs = [
-        path for pattern in ("*/events.out.tfevents*", "runs/*/events.out.tfevents*") for path in root.glob(pattern)
-    ]
+    scripts_runs = [path for pattern in ("*/", "runs/*/") for path in root.glob(pattern + "events.out.tfevents*")]
     if new is None and kept is None and scripts_runs:
         raise SystemExit(  # a script's own runs/ (ppo_continuous_action_seeds.py's, the README's many-seeds command)
             f"error: {root}: a script's runs/<run>/ folders, which record neither which runs finished nor their budget; "
@@ -128,10 +96,8 @@ def main(argv=None):
             "benchmark/report.py <out>"
         )
     if new is None and kept is None:
-        raise SystemExit(
-            f"error: {root}: no runs with TensorBoard logs and no {data / 'runs.csv'}; point it at a folder written by "
-            "benchmark/run.py or at a results folder with its data/"
-        )
+        raise SystemExit(f"error: {root}: no runs with TensorBoard logs and no {data / 'runs.csv'}; point it at a folder "
+                         "written by benchmark/run.py or at a results folder with its data/")  # fmt: skip
     tables = kept if new is None else merge_data(kept, new)
     for results, variant, name in options.take or []:  # the committed runs of another report, kept in this one's data
         if new is None:

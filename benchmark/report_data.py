@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 import zlib
 from glob import glob
 from pathlib import Path
@@ -69,6 +70,18 @@ def budget_of(command):
     values = [after for word, after in zip(words, words[1:] + [""]) if word == "--total-timesteps"]
     values += [word.split("=", 1)[1] for word in words if word.startswith("--total-timesteps=")]
     return int(values[-1]) if values and values[-1].isdigit() else None
+
+
+def writable(folder: Path):
+    """Why no file can be made in `folder`, or in the nearest folder above it (the tools make those missing): the file
+    system's reason (read-only, another user's), tried by making one, which sees what permission bits do not (root, a
+    read-only mount); None where it can."""
+    nearest = next(path for path in [folder, *Path(folder).absolute().parents] if path.is_dir())
+    try:
+        with tempfile.TemporaryFile(dir=nearest):
+            return None
+    except OSError as error:
+        return f"cannot write in {nearest} ({error.strerror})"
 
 
 def link_outside(root: Path, folder: Path, files):
@@ -240,14 +253,8 @@ def taken_runs(results: Path, variant: str, name: str, env_ids):
     tables = read_data(results / "data")
     if tables is None:
         raise SystemExit(f"error: --take {results}: no {results / 'data' / 'runs.csv'}; pass a results folder with its data/")
-
-    def rows(table):
-        if table is None:
-            return None
-        taken = table[(table["variant"] == variant) & table["env_id"].isin(env_ids)]
-        return taken.assign(variant=name)
-
-    taken = Tables(*(rows(table) for table in tables))
+    rows = lambda t: t[(t["variant"] == variant) & t["env_id"].isin(env_ids)].assign(variant=name)  # noqa: E731
+    taken = Tables(*(None if table is None else rows(table) for table in tables))
     if taken.runs.empty:
         raise SystemExit(
             f"error: --take {results} {variant} {name}: its data hold no runs of {variant} on {', '.join(env_ids)}"

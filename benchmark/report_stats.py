@@ -64,13 +64,7 @@ def stratified_interval(strata, reps=REPS, seed=0):
     """The 95% percentile-bootstrap interval of the mean of all the values of `strata` (a list of arrays: a task's
     runs, say), each stratum resampled with replacement within itself, so that each keeps its number of values."""
     count = sum(len(stratum) for stratum in strata)
-
-    def pooled_mean(*resampled, axis):
-        total = 0.0
-        for stratum in resampled:
-            total = total + stratum.sum(axis=axis)
-        return total / count
-
+    pooled_mean = lambda *resampled, axis: sum(stratum.sum(axis=axis) for stratum in resampled) / count  # noqa: E731
     return percentile_interval(strata, pooled_mean, reps, seed)
 
 

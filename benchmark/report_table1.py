@@ -140,10 +140,8 @@ def by_process(runs: pd.DataFrame, random: pd.DataFrame, reference: pd.DataFrame
             continue
         keys = pd.MultiIndex.from_frame(rows[["env_id", "variant"]])
         low, high = bootstrap_interval(rows["difference"].to_numpy())
-        lines.append(
-            f"| {variant} | {len(rows)} | {single[keys].mean():.2f} | {batched[keys].mean():.2f} | "
-            f"{rows['difference'].mean():+.2f} [{low:+.2f}, {high:+.2f}] |"
-        )
+        lines.append(f"| {variant} | {len(rows)} | {single[keys].mean():.2f} | {batched[keys].mean():.2f} | "
+                     f"{rows['difference'].mean():+.2f} [{low:+.2f}, {high:+.2f}] |")  # fmt: skip
     p = signed_rank_test(difference["difference"].to_numpy())
     verdict = (
         "the interval holds 0 and the test finds no shift: no sign that the runs trained many to a process learn "

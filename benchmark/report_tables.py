@@ -100,15 +100,11 @@ def score_table(runs: pd.DataFrame, last: int):
 def peer_table(runs: pd.DataFrame, peers):
     """Ours (the default variant) against each peer on each env: both scores over seeds, the difference of their means
     with its 95% bootstrap interval, and the verdict it gives: level where the interval contains 0."""
-    lines = [
-        "| env | ours (default) | peer | peer's return | ours - peer [95% bootstrap interval] | ours is |",
-        "| --- | ---: | --- | ---: | ---: | --- |",
-    ]
+    lines = ["| env | ours (default) | peer | peer's return | ours - peer [95% bootstrap interval] | ours is |",
+             "| --- | ---: | --- | ---: | ---: | --- |"]  # fmt: skip
     for env_id, peer, ours, theirs, difference, verdict in compared_rows(runs, [("default", p) for p in variant_order(peers)]):
-        lines.append(
-            f"| {env_id} | {mean_std(ours)} ({seeds(ours)}) | {peer} ({peers[peer]}) | {mean_std(theirs)} "
-            f"({seeds(theirs)}) | {difference} | {verdict} |"
-        )
+        lines.append(f"| {env_id} | {mean_std(ours)} ({seeds(ours)}) | {peer} ({peers[peer]}) | {mean_std(theirs)} "
+                     f"({seeds(theirs)}) | {difference} | {verdict} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -134,10 +130,8 @@ def compared(ours, theirs):
 
 def comparison_table(runs: pd.DataFrame, base: str, variant: str):
     """report.py --compare: one variant against another on each env that has both, as peer_table does for peers."""
-    lines = [
-        f"| env | {base} | {variant} | {variant} - {base} [95% bootstrap interval] | {variant} is |",
-        "| --- | ---: | ---: | ---: | --- |",
-    ]
+    lines = [f"| env | {base} | {variant} | {variant} - {base} [95% bootstrap interval] | {variant} is |",
+             "| --- | ---: | ---: | ---: | --- |"]  # fmt: skip
     for env_id, _, ours, theirs, difference, verdict in compared_rows(runs, [(variant, base)]):
         lines.append(f"| {env_id} | {mean_std(theirs)} | {mean_std(ours)} | {difference} | {verdict} |")
     return "\n".join(lines)
@@ -205,10 +199,8 @@ def floor_table(runs: pd.DataFrame, env_id: str, peer: str, variant="default"):
         pd.Series([floor_left_at(s, r, threshold) for s, r in zip(side["steps"], side["returns"])], index=side.index)
         for side in sides
     ]
-    lines = [
-        f"| seed | {ours} leaves the floor at step | {peer} leaves it at step | {whose} score | {peer}'s score |",
-        "| ---: | ---: | ---: | ---: | ---: |",
-    ]
+    lines = [f"| seed | {ours} leaves the floor at step | {peer} leaves it at step | {whose} score | {peer}'s score |",
+             "| ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for seed in sorted(set(sides[0].index) | set(sides[1].index)):
         cells = [floor_cell(s.get(seed), ",.0f") for s in left] + [floor_cell(s["score"].get(seed), ".1f") for s in sides]
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
@@ -280,10 +272,8 @@ def ablation_table(runs: pd.DataFrame):
                 verdict = "**all higher**"
             else:
                 verdict = "overlapping"
-            lines.append(
-                f"| {env_id} | {variant} | {len(scores)} | {scores.mean():.1f} [{low:.1f}, {high:.1f}] | {change:+.0%} "
-                f"| {better} | {verdict} |"
-            )
+            lines.append(f"| {env_id} | {variant} | {len(scores)} | {scores.mean():.1f} [{low:.1f}, {high:.1f}] | "
+                         f"{change:+.0%} | {better} | {verdict} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -309,12 +299,8 @@ def aggregate_iqm(runs: pd.DataFrame):
         common = sorted(set.intersection(*(set(group[group["env_id"] == t]["seed"]) for t in tasks))) if tasks else []
         if len(tasks) < 2 or not common:
             continue
-        scores = np.array(
-            [
-                [group[(group["env_id"] == t) & (group["seed"] == s)]["score"].iloc[0] / REFERENCE_SCORES[t][0] for t in tasks]
-                for s in common
-            ]
-        )
+        score = group.set_index(["seed", "env_id"])["score"]  # one run per seed and task
+        scores = np.array([[score[s, t] / REFERENCE_SCORES[t][0] for t in tasks] for s in common])
         point, low, high = iqm_interval(scores)  # a fixed bootstrap seed: a rebuild from the same data gives the same
         lines.append(f"| {variant} | {', '.join(tasks)} | {len(common)} | {point:.2f} [{low:.2f}, {high:.2f}] |")
     if not lines:

@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
 
-from report_data import link_outside, read_csv, read_run  # beside this file
+from report_data import link_outside, read_csv, read_run, writable  # beside this file
 from speed import machine  # beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,25 +185,15 @@ class PlannedRun:
     flags: list = field(default_factory=list)  # env flags, --flags, then the variant's; a peer's: its own from --peer
     peer: bool = False  # another project's script (--peer)
 
+    runs = property(lambda self: [self])  # as a Batch's
+    key = property(lambda self: (self.env_id, self.variant, self.seed))
+
     def folder(self, out: Path) -> Path:
         return out / self.env_id / self.variant / f"seed{self.seed}"
 
-    @property
-    def key(self):
-        return self.env_id, self.variant, self.seed
-
-    def command(self):
-        return [
-            sys.executable,
-            str(ROOT / self.script),  # a peer's script is an absolute path, which this join keeps
-            "--env-id",
-            self.env_id,
-            "--seed",
-            str(self.seed),
-            "--total-timesteps",
-            str(self.total_timesteps),
-            *self.flags,
-        ]
+    def command(self):  # a peer's script is an absolute path, which the join keeps
+        return [sys.executable, str(ROOT / self.script), "--env-id", self.env_id, "--seed", str(self.seed),
+                "--total-timesteps", str(self.total_timesteps), *self.flags]  # fmt: skip
 
 
 SEEDS_SCRIPT = "ppo_continuous_action_seeds.py"  # --batch-seeds: one process trains the seeds and variants of a task
@@ -244,26 +233,13 @@ class Batch:
     (several: <first variant>+<how many more>/); each run's folder then goes where its own would be."""
 
     runs: list
-
-    @property
-    def env_id(self):
-        return self.runs[0].env_id
-
-    @property
-    def variants(self):
-        return list(dict.fromkeys(run.variant for run in self.runs))
-
-    @property
-    def variant(self):  # for the progress lines
-        return ", ".join(self.variants)
-
-    @property
-    def seeds(self):
-        return list(dict.fromkeys(run.seed for run in self.runs))
-
-    @property
-    def seed(self):  # for the progress lines
-        return " ".join(map(str, self.seeds))
+    script = SEEDS_SCRIPT
+    peer = False
+    env_id = property(lambda self: self.runs[0].env_id)
+    variants = property(lambda self: list(dict.fromkeys(run.variant for run in self.runs)))
+    seeds = property(lambda self: list(dict.fromkeys(run.seed for run in self.runs)))
+    variant = property(lambda self: ", ".join(self.variants))  # for the progress lines
+    seed = property(lambda self: " ".join(map(str, self.seeds)))
 
     def folder(self, out: Path) -> Path:
         first, more = self.variants[0], len(self.variants) - 1
@@ -271,7 +247,7 @@ class Batch:
 
     def command(self):
         first = self.runs[0]
-        command = [sys.executable, str(ROOT / SEEDS_SCRIPT), "--env-id", self.env_id, "--seeds", *map(str, self.seeds),
+        command = [sys.executable, str(ROOT / self.script), "--env-id", self.env_id, "--seeds", *map(str, self.seeds),
                    "--total-timesteps", str(first.total_timesteps)]  # fmt: skip
         if len(self.variants) == 1:
             return command + first.flags
@@ -359,17 +335,13 @@ def build_matrix(options):
     if script is None:
         raise SystemExit("error: pass --preset or --script")
     if not (ROOT / script).is_file():
-        raise SystemExit(
-            f"error: --script {script}: no such script; choose one of this project's ppo_*.py"
-        )
+        raise SystemExit(f"error: --script {script}: no such script; choose one of this project's ppo_*.py")
     if options.env_ids:
         envs = {env_id: envs.get(env_id, (None, "")) for env_id in options.env_ids}
     for env_id in envs:
         if not folder_name(env_id):
-            raise SystemExit(
-                f"error: --env-ids {env_id}: an env id names its runs' folder, <out>/<env id>/; pass one without / that "
-                "is not . or .."
-            )
+            raise SystemExit(f"error: --env-ids {env_id}: an env id names its runs' folder, <out>/<env id>/; pass one without "
+                             "/ that is not . or ..")  # fmt: skip
     if not envs:
         raise SystemExit("error: no env ids; pass --env-ids")
     seeds = options.seeds or seeds
@@ -378,17 +350,11 @@ def build_matrix(options):
         for spec in options.variant:
             name, sep, flags = spec.partition("=")
             if not sep or not folder_name(name):
-                raise SystemExit(
-                    f"error: --variant {spec}: write NAME=FLAGS, NAME a folder's name (no /, not . or ..), e.g. "
-                    "--variant no-gae=--no-gae"
-                )
+                raise SystemExit(f"error: --variant {spec}: write NAME=FLAGS, NAME a folder's name (no /, not . or ..), e.g. "
+                                 "--variant no-gae=--no-gae")  # fmt: skip
             variants[name] = flags
-    elif options.preset == "ablation":
-        variants = ablations(script)
-    elif options.preset == "table1":
-        variants = TABLE1
     else:
-        variants = {"default": ""}
+        variants = {"ablation": ablations(script), "table1": TABLE1}.get(options.preset, {"default": ""})
     if set(peers) & set(variants):
         raise SystemExit(f"error: {', '.join(sorted(set(peers) & set(variants)))}: a peer and a variant share a name")
     runs = []
@@ -410,17 +376,13 @@ def build_matrix(options):
 def commit(root=ROOT):
     """The checkout's commit, with "+changes" when its tracked code (Python files, requirements.txt) differs from it,
     so that editing a report or README while runs start does not mark them; None outside git."""
+    git = lambda *words: subprocess.run(["git", *words], cwd=root, capture_output=True, text=True)  # noqa: E731
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", "*.py", "requirements.txt"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "*.py", "requirements.txt").stdout.strip()
+    except OSError:
         return None
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    return None if head.returncode else head.stdout.strip() + ("+changes" if dirty else "")
 
 
 def committed_runs(results: Path):
@@ -436,20 +398,8 @@ def committed_runs(results: Path):
     return set(zip(rows["env_id"], rows["variant"], rows["seed"].astype(int)))
 
 
-def writable(out: Path):
-    """Why no file can be made in `out`, or in the nearest folder above it (the runner makes those missing): the
-    file system's reason (read-only, another user's), tried by making one; None where it can."""
-    nearest = next(path for path in [out, *out.parents] if path.is_dir())
-    try:
-        with tempfile.TemporaryFile(dir=nearest):
-            return None
-    except OSError as error:
-        return f"cannot write in {nearest} ({error.strerror})"
-
-
 def checkpoint_of(folder: Path):
-    found = sorted(glob(str(folder / "runs" / "*" / "agent.pt")))
-    return found[-1] if found else None
+    return max(glob(str(folder / "runs" / "*" / "agent.pt")), default=None)
 
 
 def held(run_folder: Path):
@@ -590,67 +540,48 @@ def launch(command, folder: Path, stopping: threading.Event, threads):
     return returncode, seconds, status, revision
 
 
-def execute(run: PlannedRun, out: Path, stopping: threading.Event, threads=1):
-    """Runs one training process in its folder with `threads` torch threads (the CPUs shared among the workers);
-    writes done.json when it completed. Returns (run, seconds, status): done, stopped (by a signal, after saving a
-    checkpoint), failed, or live (another process trains it now: nothing touched). MUJOCO_GL is left as the caller has
-    it: no run renders unless its flags ask to."""
-    folder = run.folder(out)
-    if live_folders(folder):
-        return run, 0.0, "live"
+def execute(unit, out: Path, stopping: threading.Event, threads=1):
+    """Runs a PlannedRun's or a Batch's training process in its folder with `threads` torch threads (the CPUs shared
+    among the workers), continuing from the checkpoints where each run has one (--resume takes the runs' own flags),
+    else starting all over; a Batch's run folders are then moved to their runs' folders. Writes each run's done.json
+    when the process completed (a Batch's: the whole process's seconds). Returns (unit, seconds, status): done, stopped
+    (by a signal, after saving a checkpoint), failed, or live (another process trains in one of its folders now:
+    nothing touched). MUJOCO_GL is left as the caller has it: no run renders unless its flags ask to."""
+    folder, runs = unit.folder(out), unit.runs
+    if any(live_folders(path) for path in {folder, *(run.folder(out) for run in runs)}):
+        return unit, 0.0, "live"
     folder.mkdir(parents=True, exist_ok=True)
-    command = run.command()
-    checkpoint = checkpoint_of(folder)
-    if checkpoint:  # interrupted earlier: continue it (--resume takes the run's own flags)
-        command = [sys.executable, str(ROOT / run.script), "--resume", checkpoint]
-    elif (folder / "runs").exists():
-        shutil.rmtree(folder / "runs")  # a run that died without a checkpoint starts over
-    returncode, seconds, status, revision = launch(command, folder, stopping, threads)
-    if status == "done":
-        record = {"command": shlex.join(run.command()), "returncode": returncode, "seconds": round(seconds, 1)}
-        record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
-        if run.peer:  # another project's script
-            record["peer"] = str(Path(run.script).name)
-        write_record(run, out, record)
-    return run, seconds, status
-
-
-def execute_batch(batch: Batch, out: Path, stopping: threading.Event, threads=1):
-    """execute() for a Batch: one process trains its runs (continuing them from their checkpoints if every one has
-    one); each run's folder is then moved to <out>/<env id>/<variant>/seed<k>/runs/ and gets its done.json, whose
-    seconds are the whole process's. The process's output goes to <out>/<env id>/<variant>/output.log."""
-    folder = batch.folder(out)
-    if any(live_folders(path) for path in [folder] + [run.folder(out) for run in batch.runs]):
-        return batch, 0.0, "live"
-    folder.mkdir(parents=True, exist_ok=True)
-    command = batch.command()
-    checkpoints = [checkpoint_of(run.folder(out)) for run in batch.runs]
-    if all(checkpoints):  # interrupted earlier: continue them (--resume takes the runs' own flags)
-        command = [sys.executable, str(ROOT / SEEDS_SCRIPT), "--resume", *checkpoints]
-    else:  # none, or not all of them, has a checkpoint: all start over
-        for path in [run.folder(out) / "runs" for run in batch.runs] + [folder / "runs"]:
+    checkpoints = [checkpoint_of(run.folder(out)) for run in runs]
+    if all(checkpoints):  # interrupted earlier: continue
+        command = [sys.executable, str(ROOT / unit.script), "--resume", *checkpoints]
+    else:  # none, or not all of a Batch's, has a checkpoint: all start over (a run that died without one too)
+        command = unit.command()
+        for path in {folder / "runs", *(run.folder(out) / "runs" for run in runs)}:
             if path.exists():
                 shutil.rmtree(path)
     returncode, seconds, status, revision = launch(command, folder, stopping, threads)
-    move_batch_runs(batch, folder, out)
+    if isinstance(unit, Batch):
+        move_batch_runs(unit, folder, out)
     if status == "done":
-        record = {"command": shlex.join(batch.command()), "returncode": returncode, "seconds": round(seconds, 1)}
-        record |= {"commit": revision, "machine": machine(), "seeds_in_process": len(batch.runs)}  # its agents
-        for run in batch.runs:
+        record = {"command": shlex.join(unit.command()), "returncode": returncode, "seconds": round(seconds, 1)}
+        record |= {"commit": revision, "machine": machine()}  # benchmark/report.py states both
+        record |= {"seeds_in_process": len(runs)} if isinstance(unit, Batch) else {}  # its agents
+        record |= {"peer": str(Path(unit.script).name)} if unit.peer else {}  # another project's script
+        for run in runs:
             write_record(run, out, record)
-    return batch, seconds, status
+    return unit, seconds, status
 
 
-def slurm_script(options, argv, count):
-    """A Slurm array job whose task i runs the i-th run of the matrix through this program (so skipping still works)."""
-    arguments = [a for a in argv if a not in ("--slurm", options.slurm) and not a.startswith("--slurm=")]
-    runner = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
-    name = f"ppo-{options.preset or Path(options.script).stem}"
-    return slurm_header(name, count, 2, options.out) + f"{runner} --workers 1 --index $SLURM_ARRAY_TASK_ID\n"
-
-
-def slurm_header(name, count, cpus, out):
-    """The #SBATCH lines of an array job of `count` tasks of `cpus` CPUs each, logging to <out>/slurm-<job>_<task>.log."""
+def slurm_job(name, count, cpus, out, program, argv, drop, then=""):
+    """A Slurm array job of `count` tasks of `cpus` CPUs each, logging to <out>/slurm-<job>_<task>.log, each running
+    `program` with argv less the job's own options `drop` (--X VALUE or --X=VALUE), then `then`."""
+    words, kept = list(argv), []
+    while words:
+        word = words.pop(0)
+        if word in drop:
+            words = words[1:]
+        elif not word.startswith(tuple(f"{flag}=" for flag in drop)):
+            kept.append(word)
     return (
         "#!/bin/bash\n"
         f"#SBATCH --job-name={name}\n"
@@ -658,6 +589,7 @@ def slurm_header(name, count, cpus, out):
         f"#SBATCH --cpus-per-task={cpus}\n"
         "#SBATCH --mem=8G\n"
         f"#SBATCH --output={out}/slurm-%A_%a.log\n"
+        f"{shlex.join([sys.executable, str(Path(program).resolve()), *kept])}{then}\n"
     )
 
 
@@ -669,31 +601,19 @@ def main(argv=None):
     parser.add_argument("--env-ids", nargs="+", help="environment ids")
     parser.add_argument("--seeds", nargs="+", type=int, help="seeds (default: the preset's, or 1)")
     parser.add_argument("--total-timesteps", type=int, help="steps of every run (default: the preset's per env)")
-    parser.add_argument(
-        "--flags",
-        default="",
-        help='flags for every run, e.g. --flags "--vector-env envpool" (one flag alone: --flags=--no-gae)',
-    )
+    parser.add_argument("--flags", default="", help='flags for every run, e.g. --flags "--vector-env envpool" (one flag '
+                        "alone: --flags=--no-gae)")  # fmt: skip
     parser.add_argument("--variant", action="append", help="NAME=FLAGS, repeatable, e.g. --variant no-gae=--no-gae")
-    parser.add_argument(
-        "--peer",
-        action="append",
-        help="NAME=SCRIPT, repeatable: another project's script, run with its own defaults ('NAME=SCRIPT FLAGS': with those)",
-    )
+    parser.add_argument("--peer", action="append", help="NAME=SCRIPT, repeatable: another project's script, run with its "
+                        "own defaults ('NAME=SCRIPT FLAGS': with those)")  # fmt: skip
     parser.add_argument("--out", help="folder of the runs (default: benchmark/runs/<preset or script name>)")
-    parser.add_argument(
-        "--results",
-        help="report folder whose data/runs.csv lists runs not to run again "
-        "(default: benchmark/results/<preset or script name>)",
-    )
+    parser.add_argument("--results", help="report folder whose data/runs.csv lists runs not to run again (default: "
+                        "benchmark/results/<preset or script name>)")  # fmt: skip
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="runs at the same time (default: the CPUs)")
     parser.add_argument("--index", type=int, help="run only the run with this index in the matrix (for array jobs)")
-    parser.add_argument(
-        "--batch-seeds",
-        action="store_true",
-        help=f"train the seeds of each task of ppo_continuous_action.py in one process of {SEEDS_SCRIPT}, its variants "
-        "too where their flags differ only in those a --setting may set (the same runs, sooner; docs/speed.md)",
-    )
+    parser.add_argument("--batch-seeds", action="store_true", help=f"train the seeds of each task of ppo_continuous_action.py "
+                        f"in one process of {SEEDS_SCRIPT}, its variants too where their flags differ only in those a "
+                        "--setting may set (the same runs, sooner; docs/speed.md)")  # fmt: skip
     parser.add_argument("--print-commands", action="store_true", help="print one shell line per unfinished run and exit")
     parser.add_argument("--slurm", metavar="FILE", help="write a Slurm array job script running the matrix and exit")
     options = parser.parse_args(argv)
@@ -714,7 +634,9 @@ def main(argv=None):
     runs = [run for run in matrix if (run.env_id, run.variant, run.seed) not in recorded]
     committed = len(matrix) - len(runs)
     if options.slurm:
-        Path(options.slurm).write_text(slurm_script(options, argv, len(runs)))
+        name = f"ppo-{options.preset or Path(options.script).stem}"  # each task runs one run through this program
+        then = " --workers 1 --index $SLURM_ARRAY_TASK_ID"
+        Path(options.slurm).write_text(slurm_job(name, len(runs), 2, options.out, __file__, argv, ["--slurm"], then))
         print(f"wrote {options.slurm}: {len(runs)} array tasks; submit with: sbatch {options.slurm}")
         return
     if options.index is not None:
@@ -761,27 +683,21 @@ def main(argv=None):
     stopping, finished, unfinished, durations = threading.Event(), 0, [], []
     with ThreadPoolExecutor(max_workers=options.workers) as pool:
         threads = max(1, (os.cpu_count() or 1) // options.workers)
-        futures = [
-            pool.submit(execute_batch if isinstance(run, Batch) else execute, run, out, stopping, threads) for run in todo
-        ]
+        futures = [pool.submit(execute, run, out, stopping, threads) for run in todo]
         try:
             for future in as_completed(futures):
                 run, seconds, status = future.result()
                 finished += 1
                 durations.append(seconds)
                 if status == "live":  # started since this call looked: by another runner on the same --out
-                    live |= {one.key for one in getattr(run, "runs", [run])}
+                    live |= {one.key for one in run.runs}
                 elif status != "done" and not stopping.is_set():
                     unfinished.append(run)
-                remaining = len(todo) - finished
-                eta = sum(durations) / len(durations) * -(-remaining // options.workers)  # rounds of runs still to come
-                said = {"failed": f"FAILED (see {run.folder(out) / 'output.log'})", "stopped": "STOPPED by a signal"}
-                said["live"] = "LEFT ALONE: another process trains it now"
-                print(
-                    f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {said.get(status, status)} "
-                    f"in {seconds:.0f} s; about {eta / 60:.0f} min left",
-                    flush=True,
-                )
+                eta = sum(durations) / len(durations) * -(-(len(todo) - finished) // options.workers)  # rounds to come
+                said = {"failed": f"FAILED (see {run.folder(out) / 'output.log'})", "stopped": "STOPPED by a signal",
+                        "live": "LEFT ALONE: another process trains it now"}.get(status, status)  # fmt: skip
+                print(f"[{finished}/{len(todo)}] {run.env_id} {run.variant} seed {run.seed}: {said} in {seconds:.0f} s; "
+                      f"about {eta / 60:.0f} min left", flush=True)  # fmt: skip
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the runs save a checkpoint and exit, no new run starts
             stopping.set()
             for future in futures:
@@ -791,15 +707,11 @@ def main(argv=None):
             print("interrupted; run the same command again to continue the unfinished runs", flush=True)
             raise SystemExit(130)
     if unfinished:
-        raise SystemExit(
-            f"error: {len(unfinished)} of {len(todo)} runs failed or were stopped; their output.log says why, and the "
-            "same command runs them again (a stopped run continues from its checkpoint)"
-        )
+        raise SystemExit(f"error: {len(unfinished)} of {len(todo)} runs failed or were stopped; their output.log says why, "
+                         "and the same command runs them again (a stopped run continues from its checkpoint)")  # fmt: skip
     if live:
-        raise SystemExit(
-            f"error: {len(live)} runs are trained by another process now (it holds their run folders); run the same "
-            "command again once it has ended, which continues or records them"
-        )
+        raise SystemExit(f"error: {len(live)} runs are trained by another process now (it holds their run folders); run the "
+                         "same command again once it has ended, which continues or records them")  # fmt: skip
     print(f"all {len(runs)} runs done; summarize them with: python benchmark/report.py {out}")
 
 

@@ -34,6 +34,7 @@ likewise, per round, then the median. --ceiling NAME=CEILING: NAME's SPS as a sh
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -51,7 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from project import load_package, load_script  # beside this file
+from project import load_package, load_script, refuse as bad  # beside this file
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -60,10 +61,6 @@ BUILTINS = {"env-only": {"--steps"}, "raw-env": {"--steps", "--per-agent"}, "spl
 STEPS = ("graph", "grad", "loss-backward", "plain")
 TUNE_END = "all trials ended"  # tune.py's line once its last trial has ended (--no-test); cleanrl-tuner's last line
 load_package("ppo_utils")  # the scripts' package, for them and for the tools that import load_script from here
-
-
-def bad(message):
-    raise SystemExit(f"error: {message}")
 
 
 def machine():
@@ -150,8 +147,8 @@ def steps_of(proc):
     if proc.kind in ("env-only", "raw-env", "update") or "--total-timesteps" not in words:
         return None
     last = {w: i for i, w in enumerate(words)}  # a flag given twice: the last counts, as for tyro and argparse
-    seeds = next((j for j, w in enumerate(words[last["--seeds"] + 1 :]) if w.startswith("--")), -1) if "--seeds" in last else 1
-    seeds = len(words) - last["--seeds"] - 1 if seeds == -1 else seeds
+    after = words[last["--seeds"] + 1 :] if "--seeds" in last else None  # the seeds run to the next flag or the end
+    seeds = next((j for j, w in enumerate(after) if w.startswith("--")), len(after)) if after is not None else 1
     trials = int(words[last["--trials"] + 1]) if "--trials" in last else 1
     return int(words[last["--total-timesteps"] + 1]) * seeds * max(words.count("--setting"), 1) * trials
 
@@ -662,19 +659,12 @@ def cleanrl_search(words):
     checked as tune.py parses it, against our script's flags), the fixed per-run flags, the trials, seeds, sampler."""
     import tune  # beside this file
 
-    p = argparse.ArgumentParser(prog="cleanrl-tuner", add_help=False)
-    p.add_argument("--script", default="ppo_continuous_action.py")
-    p.add_argument("--env-id", required=True)
-    p.add_argument("--space", action="append", default=[])
-    p.add_argument("--trials", type=int, default=32)
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
-    p.add_argument("--total-timesteps", type=int, required=True)
-    p.add_argument("--flags", default="")
-    p.add_argument("--sampler", choices=["tpe", "random"], default="tpe")
-    p.add_argument("--sampler-seed", type=int, default=0)
-    p.add_argument("--pruner", choices=["none"], default="none")
-    p.add_argument("--study")
-    o = p.parse_known_args(words)[0]  # the rest are tune.py's own (--workers, --agents, --no-test, --out)
+    parser = tune.make_parser()
+    parser.prog = "cleanrl-tuner"
+    o = parser.parse_known_args(words)[0]  # tune.py's options; --workers, --agents, --no-test, --out are its own
+    tune.check_options(o)
+    if o.pruner != "none":
+        bad(f"cleanrl-tuner --pruner {o.pruner}: CleanRL's tuner is run without a pruner; pass --pruner none")
     if not os.environ.get("CLEANRL_DIR"):
         bad("cleanrl-tuner: CLEANRL_DIR is not set; set it to the folder of CleanRL's scripts and cleanrl_utils/tuner.py")
     cleanrl = Path(os.environ["CLEANRL_DIR"]).resolve()
@@ -687,8 +677,7 @@ def cleanrl_search(words):
     for d in space:
         if d.kind == "bool":
             bad(f"cleanrl-tuner --space {d.spec()}: CleanRL's tuner writes --FLAG=VALUE, which a switch does not take")
-    dims = [{"name": d.flag, "option": d.option[2:], "kind": d.kind, "low": d.low, "high": d.high, "log": d.log,
-             "choices": list(d.choices)} for d in space]  # fmt: skip
+    dims = [{**dataclasses.asdict(d), "option": d.option[2:]} for d in space]
     return {"cleanrl_dir": str(cleanrl), "script": str(cleanrl / o.script), "env_id": o.env_id, "space": dims,
             "fixed": {"total-timesteps": str(o.total_timesteps), **dict(run_words(o.flags))}, "sampler": o.sampler,
             "sampler_seed": o.sampler_seed, "trials": o.trials, "seeds": len(o.seeds), "study": o.study or f"tune-{o.env_id}",
@@ -701,11 +690,11 @@ def cleanrl_params(spec, trial):
     params = {}
     for d in spec["space"]:
         if d["choices"]:
-            value = trial.suggest_categorical(d["name"], d["choices"])
+            value = trial.suggest_categorical(d["flag"], d["choices"])
         elif d["kind"] == "int":
-            value = trial.suggest_int(d["name"], int(d["low"]), int(d["high"]), log=d["log"])
+            value = trial.suggest_int(d["flag"], int(d["low"]), int(d["high"]), log=d["log"])
         else:
-            value = trial.suggest_float(d["name"], d["low"], d["high"], log=d["log"])
+            value = trial.suggest_float(d["flag"], d["low"], d["high"], log=d["log"])
         params[d["option"]] = f"{value:.6g}" if isinstance(value, float) else value  # as tune.py gives its runs
     return {**params, **spec["fixed"]}
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from journal import JournalError, check_journal  # beside this file
 from project import load_package, load_script
-from run import die_with_runner, folder_name, interrupt, slurm_header
+from run import die_with_runner, interrupt, slurm_job
 from tune_workers import CAP_KEY, SPACE_KEY, Worker, check_trial_flags, first_line, join_study, refuse, signals_deferred
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,26 +108,27 @@ def parse_dimension(spec, script, Args):
 
     name, sep, values = spec.partition("=")
     flag = name.removeprefix("--").replace("-", "_")
+    option = "--" + flag.replace("_", "-")
     if not sep or not values:
         refuse(f"--space {spec}: write FLAG=LOW..HIGH, FLAG=LOW..HIGH:log or FLAG=A,B,C, e.g. --space "
                "learning-rate=1e-5..1e-3:log")  # fmt: skip
     kinds = {f.name: f.type for f in fields(Args)}
     if flag not in kinds:
-        refuse(f"--space {spec}: {script} has no flag --{flag.replace('_', '-')}; see python {script} --help")
+        refuse(f"--space {spec}: {script} has no flag {option}; see python {script} --help")
     if flag in NOT_SEARCHED:
-        refuse(f"--space {spec}: --{flag.replace('_', '-')} is the study's, not a searched flag; pass it as tune.py's own "
-               "option or in --flags")  # fmt: skip
+        refuse(f"--space {spec}: {option} is the study's, not a searched flag; pass it as tune.py's own option or in "
+               "--flags")  # fmt: skip
     found = flag_kind(kinds[flag])
     if found is None:
-        refuse(f"--space {spec}: --{flag.replace('_', '-')} takes no number or choice a search can draw")
+        refuse(f"--space {spec}: {option} takes no number or choice a search can draw")
     kind, literal = found
     rules = FLAG_RULES | getattr(Args, "flag_rules", {})
 
     def checked(value):
         if kind in ("int", "float") and not math.isfinite(value):
-            refuse(f"--space {spec}: --{flag.replace('_', '-')} {value}: pass finite numbers")
+            refuse(f"--space {spec}: {option} {value}: pass finite numbers")
         if flag in rules and not rules[flag][0](value):
-            refuse(f"--space {spec}: --{flag.replace('_', '-')} {value}: {rules[flag][1]}")
+            refuse(f"--space {spec}: {option} {value}: {rules[flag][1]}")
         return value
 
     def typed(word):
@@ -141,11 +142,11 @@ def parse_dimension(spec, script, Args):
         except (KeyError, AssertionError, ValueError):
             wanted = {"bool": "true or false", "choice": f"one of {', '.join(literal)}", "int": "a whole number",
                       "float": "a number"}[kind]  # fmt: skip
-            refuse(f"--space {spec}: {word!r} is no value of --{flag.replace('_', '-')}; pass {wanted}")
+            refuse(f"--space {spec}: {word!r} is no value of {option}; pass {wanted}")
 
     if ".." in values:
         if kind in ("bool", "choice"):
-            refuse(f"--space {spec}: --{flag.replace('_', '-')} takes choices, not a range; list them, e.g. "
+            refuse(f"--space {spec}: {option} takes choices, not a range; list them, e.g. "
                    f"{name}={','.join(map(str, literal or ('true', 'false')))}")  # fmt: skip
         bounds, _, scale = values.partition(":")
         low, _, high = bounds.partition("..")
@@ -380,21 +381,8 @@ def make_pruner(options):
     return optuna.pruners.NopPruner()
 
 
-def slurm_script(options, argv):
-    """A Slurm array job of --slurm-workers tuner processes joining the study (its storage must reach them all)."""
-    arguments, words = [], list(argv)
-    while words:  # all but --slurm and --slurm-workers, which are the job's
-        word = words.pop(0)
-        if word in ("--slurm", "--slurm-workers"):
-            words.pop(0)
-        elif not word.startswith(("--slurm=", "--slurm-workers=")):
-            arguments.append(word)
-    worker = shlex.join([sys.executable, str(Path(__file__).resolve()), *arguments])
-    return slurm_header(f"tune-{options.study}", options.slurm_workers, options.workers, options.out) + f"{worker}\n"
-
-
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+def make_parser():
+    """tune.py's command line (benchmark/speed.py's cleanrl-tuner reads a search from it too)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--script", default="ppo_continuous_action.py", help=", ".join(SCRIPTS))
     parser.add_argument("--env-id", help="the task")
@@ -428,7 +416,12 @@ def main(argv=None):
     parser.add_argument("--slurm", metavar="FILE", help="write a Slurm array job of --slurm-workers tuners and exit")
     parser.add_argument("--slurm-workers", type=int, default=4, help="tuner processes of the --slurm array job")
     parser.add_argument("--report", metavar="RESULTS", help="rebuild RESULTS/README.md and its PNGs from its study.journal")
-    options = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    options = make_parser().parse_args(argv)
     options.argv = argv
 
     import optuna
@@ -450,7 +443,9 @@ def main(argv=None):
     if options.slurm:
         if not Path(options.slurm).parent.is_dir():
             refuse(f"--slurm {options.slurm}: no folder {Path(options.slurm).parent}; make it, or write the job elsewhere")
-        Path(options.slurm).write_text(slurm_script(options, argv))
+        job = slurm_job(f"tune-{options.study}", options.slurm_workers, options.workers, options.out, __file__, argv,
+                        ["--slurm", "--slurm-workers"])  # tuners joining the study: its storage must reach them all
+        Path(options.slurm).write_text(job)
         print(f"wrote {options.slurm}: sbatch it (its {options.slurm_workers} tuners share --storage and --out)")
         return
 
@@ -521,7 +516,6 @@ def check_options(options):
     if set(options.seeds) & set(options.test_seeds):
         both = " ".join(map(str, sorted(set(options.seeds) & set(options.test_seeds))))
         refuse(f"--test-seeds {both}: the search trains on these too; held-out seeds must be others (Eimer et al., 2023)")
-    folder_name(options.env_id)
 
 
 # the flags of a study's runs that the study itself sets or needs, which --flags may not carry: what to use instead

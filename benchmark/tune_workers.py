@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from report_data import read_run  # beside this file
-from run import RUNNING, Batch, PlannedRun, checkpoint_of, execute, execute_batch, gather_batch_runs, per_agent_part
+from project import refuse  # beside this file
+from report_data import read_run
+from run import RUNNING, Batch, PlannedRun, checkpoint_of, execute, gather_batch_runs, per_agent_part
 from tune_optuna import fail_running, take_waiting
 
 SPACE_KEY = "tune:space"  # the study's user attributes: what a joining worker must match
@@ -37,10 +38,6 @@ WORKER = f"{socket.gethostname()}:{os.getpid()}"  # this worker's name in its tr
 
 def first_line(error):
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def refuse(message):
-    raise SystemExit(f"error: {message}")
 
 
 def check_trial_flags(Args, words):
@@ -366,7 +363,7 @@ class Worker:
         while unit is not None and not self.stopping.is_set():
             watcher = threading.Thread(target=self.guarded(self.watch), args=(unit,), daemon=True)
             watcher.start()
-            status = (execute_batch if isinstance(unit, Batch) else execute)(unit, self.out, self.stopping)[2]
+            status = execute(unit, self.out, self.stopping)[2]
             unit.ended = True
             watcher.join()
             if status == "live":  # a killed worker's process still saves its checkpoints there: once it has ended
@@ -378,10 +375,9 @@ class Worker:
     def after(self, unit, status):
         """What follows a unit's process: its runs scored (done), recorded as pruned, or failed; returns the unit
         of the survivors still to train (a pruned Batch's), else None."""
-        runs = unit.runs if isinstance(unit, Batch) else [unit]
         survivors = []
         with self.lock:
-            for run in runs:
+            for run in unit.runs:
                 one = self.trials[int(run.variant.split("-")[1])]
                 if status == "done":
                     self.score(one, run)
@@ -450,7 +446,7 @@ class Worker:
         (SIGTERM: every run saves a checkpoint; the others then continue from theirs)."""
         log, offset = unit.folder(self.out) / "output.log", None
         pattern = re.compile(r"^(?:(?:\S+-trial-(\d+) )?seed (\d+): )?step (\d+)/\d+ .*mean return \(last \d+\) (\S+)")
-        runs = unit.runs if isinstance(unit, Batch) else [unit]
+        runs = unit.runs
         single = not isinstance(unit, Batch) or len(unit.variants) == 1
         while not getattr(unit, "ended", False):
             time.sleep(1.0)
