@@ -176,8 +176,8 @@ def relative_difference(a, b, start=None):
     return ((a - b).norm() / b.norm()).item()
 
 
-# ppo_masked.py's graph is ppo.py's with its masks: the full suite's
-@pytest.mark.parametrize("case", [pytest.param(name, marks=pytest.mark.long if name == "ppo_masked" else [])
+# ppo_masked.py's graph is ppo.py's with its masks, the Atari CNN's the slowest to build (30 s): the full suite's
+@pytest.mark.parametrize("case", [pytest.param(name, marks=pytest.mark.long if name in ("ppo_masked", "ppo_atari") else [])
                                   for name in FEED_FORWARD], indirect=True)  # fmt: skip
 @pytest.mark.slow
 def test_the_compiled_step_is_the_plain_step_clipping_and_adam_included(case):

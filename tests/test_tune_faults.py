@@ -103,7 +103,7 @@ def test_a_file_that_is_no_journal_is_refused_in_one_line_and_left_as_it_was(tmp
     assert path.read_text() == text and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_study_cut_inside_a_line_is_mended_then_finished_by_the_same_command_twice(tmp_path):
     """The probe: a finished 2-trial study's journal cut inside its 20th line (of 27), then its command twice. The first
     mends the journal (one line) and finishes the study; the second finds it finished; every run scored the flags of
