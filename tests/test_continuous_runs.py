@@ -81,7 +81,7 @@ def test_adaptive_kl_beta_carries_across_updates(cont, tmp_path, monkeypatch):
 SHORT_RUN = ["--env-id", "InvertedPendulum-v5", "--num-steps", "512", "--total-timesteps", "1024"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @needs("wandb", "moviepy")
 def test_track_offline_with_video(tmp_path):
     result = run_script(

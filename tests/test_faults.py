@@ -348,7 +348,7 @@ def test_a_resumed_run_never_overwrites_an_earlier_sessions_videos(tmp_path, mon
     assert sorted(os.listdir(".")) == ["runs", "stopped.pt"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_compiler_that_cannot_build_falls_back_to_eager_with_one_warning(tmp_path):
     """--compile (the default) where g++ exists but cannot build inductor's code (a Python without its C headers, say):
     faked by a compiler that answers --version and fails everything else. The run warns once and trains eagerly."""

@@ -866,7 +866,7 @@ def test_help_lists_seeds_first_and_resume_without_an_empty_default():
     assert "(default: None)" in " ".join(resume.replace("│", " ").split()), resume
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_capture_video_records_each_agents_env_0_in_its_own_run_folder(tmp_path):
     flags = ["--env-id", "InvertedPendulum-v5", "--seeds", "3", "5", "--total-timesteps", "2048", "--no-compile"]
     result = run_script("ppo_continuous_action_seeds", *flags, "--capture-video", cwd=tmp_path, timeout=300)

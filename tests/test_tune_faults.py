@@ -311,7 +311,7 @@ def test_a_worker_elsewhere_never_takes_a_live_workers_queued_trial_for_dead(tmp
         a.communicate(timeout=120)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_ctrl_c_on_the_held_out_seeds_says_how_to_continue_in_one_line(tmp_path):
     """Ctrl-C (SIGINT to the tuner's process group, as a terminal sends it) while the held-out runs train: no
     traceback; the last line is the same tune.py command, which continues them."""
