@@ -5,6 +5,7 @@ checkpoints, resumes and plays; checkpoints written before it load; the batched 
 default and refuses the flag in one line; its agents still compute what the changed parent computes."""
 
 import os
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
-import norm_value  # noqa: E402
+FIXTURE = importlib.util.spec_from_file_location("norm_value", ROOT / "tests" / "fixtures" / "norm_value.py")
+norm_value = importlib.util.module_from_spec(FIXTURE)  # loaded from its file: sys.path stays as it was
+FIXTURE.loader.exec_module(norm_value)
 
 PENDULUM = ["--env-id", "Pendulum-v1", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "2"]
 
