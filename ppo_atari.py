@@ -1,6 +1,6 @@
 """PPO for Atari (ALE through gymnasium): a Nature-CNN actor-critic with the reference's Atari wrappers and
 defaults (openai/baselines ppo2: 4 epochs of 4 minibatches and a value coefficient of 0.5, not the paper's 3,
-32 x 8 and 1). Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1) detail is a
+32 x 8 and 1). Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3-X5) and truncation (B1) detail is a
 flag. What is not PPO is in the package ppo_utils/ beside it (the run's life cycle, checkpoints, flag checks,
 --compile); of the details it carries only X2's averaging and envpool's backend of G10, each called from here.
 
@@ -61,8 +61,8 @@ class Args:
     num_steps: int = 128  # (G10) steps per environment in each rollout (the paper's horizon T)
     vector_env: Literal["sync", "async", "envpool"] = "sync"  # (G10) gymnasium sync, async, or envpool (C++)
 
-    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) objective of Table 1
-    clip_coef: float = 0.1  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive", "spo"] = "clip"  # (G1) Table 1, SPO
+    clip_coef: float = 0.1  # (G1, G4) the clip range epsilon of the surrogate (SPO's too) and value loss, > 0
     kl_beta: float = 1.0  # (G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)
     kl_dtarg: float = 0.01  # (G1) the target KL d_targ of kl-adaptive
     gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at rollout end
@@ -94,6 +94,11 @@ class Args:
 
     anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 like --anneal-lr; off: constant
     target_kl: float | None = None  # (X3) end the update when an epoch's last approx KL exceeds it; None: off
+    kl_adaptive_lr: bool = False  # (X4) set the learning rate by each epoch's mean approx KL, not by G6
+    desired_kl: float = 0.008  # (X4) above twice this KL the rate is divided by 1.5, below half multiplied
+    min_lr: float = 1e-6  # (X4) the learning rate's lower bound
+    max_lr: float = 1e-2  # (X4) the learning rate's upper bound
+    norm_value: bool = False  # (X5) the critic learns returns standardized by running statistics; off: raw
 
     bootstrap_truncated: bool = False  # (B1) truncated: reward + gamma * V(final obs); off: as terminations
 
@@ -105,6 +110,9 @@ class Args:
         "noop_max": (lambda v: v >= 0, "pass a count of no-ops, or 0 to turn A1 off"),
         "frame_skip": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A4 off"),
         "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
+        "desired_kl": (lambda v: v > 0, "pass a target KL > 0"),
+        "min_lr": (lambda v: v > 0, "pass a learning rate > 0"),
+        "max_lr": (lambda v: v > 0, "pass a learning rate > 0"),
     }
     observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}
     warm_up: ClassVar[dict] = {"compile": "--compile builds its graph if the run has 150+ minibatch steps"}
@@ -131,6 +139,10 @@ class Args:
             )
         if self.vector_env == "envpool":  # G10
             check_envpool(self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize)
+        if self.kl_adaptive_lr and self.anneal_lr:
+            raise ArgError("--kl-adaptive-lr (X4) sets the learning rate itself; add --no-anneal-lr (G6)")
+        if self.kl_adaptive_lr and self.min_lr > self.max_lr:
+            raise ArgError(f"--min-lr {self.min_lr} is above --max-lr {self.max_lr}; pass a lower --min-lr")
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -196,6 +208,36 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
     return layer
 
 
+class ValueNorm(nn.Module):
+    """X5: the running mean and variance of the returns the critic learns (gymnasium's RunningMeanStd, in
+    buffers that the agent's checkpoint holds); the critic outputs values standardized by them, which
+    forward(x, inverse=True) turns into the rewards' units. Only train() updates them: an evaluated
+    checkpoint keeps its own. skrl's RunningStandardScaler also counts the rollout's values and clips at 5."""
+
+    def __init__(self, epsilon=1e-8):
+        super().__init__()
+        self.epsilon = epsilon
+        self.register_buffer("mean", torch.zeros(()))
+        self.register_buffer("var", torch.ones(()))
+        self.register_buffer("count", torch.tensor(1e-4))
+
+    def update(self, returns, world_size=1):
+        """Adds the returns of every rank (X2: each rank gets the same statistics)."""
+        batch_mean = all_ranks_mean(returns.mean(), world_size)
+        batch_var = all_ranks_mean((returns - batch_mean).square().mean(), world_size)
+        batch_count = returns.numel() * world_size
+        delta, total = batch_mean - self.mean, self.count + batch_count
+        m2 = self.var * self.count + batch_var * batch_count
+        m2 = m2 + delta.square() * self.count * batch_count / total
+        self.mean += delta * batch_count / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x, inverse=False):
+        std = torch.sqrt(self.var + self.epsilon)
+        return x * std + self.mean if inverse else (x - self.mean) / std
+
+
 class Agent(nn.Module):
     def __init__(self, envs, args: Args):
         super().__init__()
@@ -225,6 +267,7 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(512, n_actions), std=0.01, ortho=ortho)  # CleanRL's order
         self.critic = layer_init(nn.Linear(512, 1), std=1.0, ortho=ortho)
         self.scale_obs = args.scale_obs
+        self.value_norm = ValueNorm() if args.norm_value else None  # X5
 
     def preprocess(self, x):
         """uint8 frames (N, [stack,] H, W, C) -> float (N, stack * C, H, W), scaled to [0, 1] by A8."""
@@ -234,7 +277,8 @@ class Agent(nn.Module):
 
     # forward(layer, x): layer(x) without nn.Module's per-call checks (ppo_utils/lean.py), faster
     def get_value(self, x):
-        return forward(self.critic, forward(self.critic_body, self.preprocess(x)))
+        value = forward(self.critic, forward(self.critic_body, self.preprocess(x)))
+        return value if self.value_norm is None else self.value_norm(value, inverse=True)  # X5
 
     def get_action_and_value(self, x, action=None):
         x = self.preprocess(x)
@@ -244,6 +288,8 @@ class Agent(nn.Module):
         if action is None:
             action = probs.sample()
         value = forward(self.critic, hidden if self.shared_network else forward(self.critic_body, x))
+        if self.value_norm is not None:
+            value = self.value_norm(value, inverse=True)  # X5: in the rewards' units
         return action, probs.log_prob(action), probs.entropy(), value
 
 
@@ -295,6 +341,8 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
         return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
+    if surrogate == "spo":  # Xie et al. 2025's objective: r A - |A| (r - 1)^2 / (2 eps)
+        return (pg_loss + advantages.abs() * (ratio - 1).square() / (2 * clip_coef)).mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
 
 
@@ -316,6 +364,17 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
     return kl_beta
 
 
+def adapt_learning_rate(optimizer, kl, args: Args):
+    """X4: skrl's KLAdaptiveLR (rl_games' and rsl_rl's rule too), after each epoch on the mean approx KL of
+    its minibatches: the rate divided by 1.5 above twice --desired-kl, multiplied by 1.5 below half of it,
+    kept within [--min-lr, --max-lr]."""
+    for group in optimizer.param_groups:
+        if kl > 2 * args.desired_kl:
+            group["lr"] = max(group["lr"] / 1.5, args.min_lr)
+        elif kl < args.desired_kl / 2:
+            group["lr"] = min(group["lr"] * 1.5, args.max_lr)
+
+
 def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
     """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged
     statistics; KL estimates and clip fraction carry no gradient."""
@@ -328,7 +387,10 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
     pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
-    v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    newvalue, values, returns = newvalue.squeeze(-1), mb["values"], mb["returns"]
+    if args.norm_value:  # X5: the value loss in the critic's standardized units
+        newvalue, values, returns = (agent.value_norm(v) for v in (newvalue, values, returns))
+    v_loss = value_loss(newvalue, values, returns, clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
@@ -372,6 +434,10 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
+        if args.kl_adaptive_lr:  # X4 looks at the mean of the epoch's minibatches, over all ranks (X2)
+            epoch_stats = torch.stack(all_mb_stats[-args.num_minibatches :]).mean(0)
+            epoch_kl = epoch_stats[list(mb_stats).index("approx_kl")]
+            adapt_learning_rate(optimizer, all_ranks_mean(epoch_kl, world_size).item(), args)
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
@@ -503,6 +569,8 @@ def train(args: Args, stop_signals=()):
                 args.gae_lambda,
                 args.gae,
             )
+        if args.norm_value:  # X5: the statistics of the returns the critic learns next, all ranks' (X2)
+            agent.value_norm.update(returns, world_size)
 
         batch = {
             "obs": obs.reshape((-1,) + envs.single_observation_space.shape),

@@ -1,6 +1,6 @@
 """Recurrent PPO (LSTM or GRU): ppo_atari.py plus memory (B2) and the recurrent details (B3), and as little
 else as possible: an MLP encoder for vector observations (CartPoleNoVelocity-v1), and one frame per
-observation by default (A6). Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3) and truncation (B1)
+observation by default (A6). Every general (G1-G11), Atari (A1-A10), auxiliary (X1, X3-X5) and truncation (B1)
 detail is a flag. What is not PPO is in the package ppo_utils/ beside it (the run's life cycle, checkpoints,
 flag checks); of the details it carries only X2's averaging and envpool's backend of G10, called from here.
 
@@ -74,8 +74,8 @@ class Args:
     num_steps: int = 128  # (G10) steps per environment in each rollout (the paper's horizon T)
     vector_env: Literal["sync", "async", "envpool"] = "sync"  # (G10) gymnasium sync, async, or envpool (C++)
 
-    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) objective of Table 1
-    clip_coef: float = 0.1  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive", "spo"] = "clip"  # (G1) Table 1, SPO
+    clip_coef: float = 0.1  # (G1, G4) the clip range epsilon of the surrogate (SPO's too) and value loss, > 0
     kl_beta: float = 1.0  # (G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)
     kl_dtarg: float = 0.01  # (G1) the target KL d_targ of kl-adaptive
     gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at rollout end
@@ -107,6 +107,11 @@ class Args:
 
     anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 like --anneal-lr; off: constant
     target_kl: float | None = None  # (X3) end the update when an epoch's last approx KL exceeds it; None: off
+    kl_adaptive_lr: bool = False  # (X4) set the learning rate by each epoch's mean approx KL, not by G6
+    desired_kl: float = 0.008  # (X4) above twice this KL the rate is divided by 1.5, below half multiplied
+    min_lr: float = 1e-6  # (X4) the learning rate's lower bound
+    max_lr: float = 1e-2  # (X4) the learning rate's upper bound
+    norm_value: bool = False  # (X5) the critic learns returns standardized by running statistics; off: raw
 
     bootstrap_truncated: bool = False  # (B1) truncated: reward + gamma * V(final obs); off: as terminations
 
@@ -121,6 +126,9 @@ class Args:
         "noop_max": (lambda v: v >= 0, "pass a count of no-ops, or 0 to turn A1 off"),
         "frame_skip": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A4 off"),
         "frame_stack": (lambda v: v >= 1, "pass a count of frames, or 1 to turn A6 off"),
+        "desired_kl": (lambda v: v > 0, "pass a target KL > 0"),
+        "min_lr": (lambda v: v > 0, "pass a learning rate > 0"),
+        "max_lr": (lambda v: v > 0, "pass a learning rate > 0"),
         "rnn_hidden_size": (lambda v: v >= 1, "pass a positive size"),
     }
     observation_flags: ClassVar[dict] = {"warp_frame": "raw RGB frames", "frame_stack": None}
@@ -153,6 +161,10 @@ class Args:
             )
         if self.vector_env == "envpool":  # G10
             check_envpool(self.env_id, kind, self.capture_video, self.noop_max, self.gray_after_resize)
+        if self.kl_adaptive_lr and self.anneal_lr:
+            raise ArgError("--kl-adaptive-lr (X4) sets the learning rate itself; add --no-anneal-lr (G6)")
+        if self.kl_adaptive_lr and self.min_lr > self.max_lr:
+            raise ArgError(f"--min-lr {self.min_lr} is above --max-lr {self.max_lr}; pass a lower --min-lr")
 
 
 def make_env(args: Args, idx: int, video_folder: str | None):
@@ -220,6 +232,36 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
     return layer
 
 
+class ValueNorm(nn.Module):
+    """X5: the running mean and variance of the returns the critic learns (gymnasium's RunningMeanStd, in
+    buffers that the agent's checkpoint holds); the critic outputs values standardized by them, which
+    forward(x, inverse=True) turns into the rewards' units. Only train() updates them: an evaluated
+    checkpoint keeps its own. skrl's RunningStandardScaler also counts the rollout's values and clips at 5."""
+
+    def __init__(self, epsilon=1e-8):
+        super().__init__()
+        self.epsilon = epsilon
+        self.register_buffer("mean", torch.zeros(()))
+        self.register_buffer("var", torch.ones(()))
+        self.register_buffer("count", torch.tensor(1e-4))
+
+    def update(self, returns, world_size=1):
+        """Adds the returns of every rank (X2: each rank gets the same statistics)."""
+        batch_mean = all_ranks_mean(returns.mean(), world_size)
+        batch_var = all_ranks_mean((returns - batch_mean).square().mean(), world_size)
+        batch_count = returns.numel() * world_size
+        delta, total = batch_mean - self.mean, self.count + batch_count
+        m2 = self.var * self.count + batch_var * batch_count
+        m2 = m2 + delta.square() * self.count * batch_count / total
+        self.mean += delta * batch_count / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x, inverse=False):
+        std = torch.sqrt(self.var + self.epsilon)
+        return x * std + self.mean if inverse else (x - self.mean) / std
+
+
 class Agent(nn.Module):
     def __init__(self, envs, args: Args):
         super().__init__()
@@ -273,6 +315,7 @@ class Agent(nn.Module):
         self.num_state_tensors = 2 if args.rnn == "lstm" else 1  # rows per network: h (and c)
         rows = self.num_state_tensors * (1 if args.shared_network else 2)  # actor, then critic
         self.state_shape = (rows, args.rnn_hidden_size)
+        self.value_norm = ValueNorm() if args.norm_value else None  # X5
 
     def initial_state(self, num_envs, device=None):
         """B3: the recurrent state starts at zero."""
@@ -310,7 +353,8 @@ class Agent(nn.Module):
         hidden, _ = self.recur(
             self.critic_body, self.critic_rnn, self.preprocess(x), state[-self.num_state_tensors :], done
         )
-        return self.critic(hidden)
+        value = self.critic(hidden)
+        return value if self.value_norm is None else self.value_norm(value, inverse=True)  # X5
 
     def get_action_and_value(self, x, state, done, action=None):
         x = self.preprocess(x)
@@ -326,7 +370,10 @@ class Agent(nn.Module):
                 self.critic_body, self.critic_rnn, x, state[self.num_state_tensors :], done
             )
             next_state = torch.cat([next_state, critic_state])  # the actor's rows first
-        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden), next_state
+        value = self.critic(hidden)
+        if self.value_norm is not None:
+            value = self.value_norm(value, inverse=True)  # X5: in the rewards' units
+        return action, probs.log_prob(action), probs.entropy(), value, next_state
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
@@ -377,6 +424,8 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
         return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
+    if surrogate == "spo":  # Xie et al. 2025's objective: r A - |A| (r - 1)^2 / (2 eps)
+        return (pg_loss + advantages.abs() * (ratio - 1).square() / (2 * clip_coef)).mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
 
 
@@ -398,6 +447,17 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
     return kl_beta
 
 
+def adapt_learning_rate(optimizer, kl, args: Args):
+    """X4: skrl's KLAdaptiveLR (rl_games' and rsl_rl's rule too), after each epoch on the mean approx KL of
+    its minibatches: the rate divided by 1.5 above twice --desired-kl, multiplied by 1.5 below half of it,
+    kept within [--min-lr, --max-lr]."""
+    for group in optimizer.param_groups:
+        if kl > 2 * args.desired_kl:
+            group["lr"] = max(group["lr"] / 1.5, args.min_lr)
+        elif kl < args.desired_kl / 2:
+            group["lr"] = min(group["lr"] * 1.5, args.max_lr)
+
+
 def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
     """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged
     statistics; KL estimates and clip fraction carry no gradient."""
@@ -412,7 +472,10 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
     pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
-    v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    newvalue, values, returns = newvalue.squeeze(-1), mb["values"], mb["returns"]
+    if args.norm_value:  # X5: the value loss in the critic's standardized units
+        newvalue, values, returns = (agent.value_norm(v) for v in (newvalue, values, returns))
+    v_loss = value_loss(newvalue, values, returns, clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
@@ -462,6 +525,10 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
+        if args.kl_adaptive_lr:  # X4 looks at the mean of the epoch's minibatches, over all ranks (X2)
+            epoch_stats = torch.stack(all_mb_stats[-args.num_minibatches :]).mean(0)
+            epoch_kl = epoch_stats[list(mb_stats).index("approx_kl")]
+            adapt_learning_rate(optimizer, all_ranks_mean(epoch_kl, world_size).item(), args)
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
@@ -596,6 +663,8 @@ def train(args: Args, stop_signals=()):
                 args.gae_lambda,
                 args.gae,
             )
+        if args.norm_value:  # X5: the statistics of the returns the critic learns next, all ranks' (X2)
+            agent.value_norm.update(returns, world_size)
 
         batch = {
             "obs": obs.reshape((-1,) + envs.single_observation_space.shape),
