@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 import tyro
 from gymnasium.vector import AutoresetMode
+from torch.distributions.beta import Beta
 from torch.distributions.normal import Normal
 
 from ppo_utils.checkpoints import Update, restore, resume_flags
@@ -62,8 +63,8 @@ class Args:
     num_steps: int = 64  # (G10) steps per environment in each rollout (the paper's horizon T)
     vector_env: Literal["sync", "async", "envpool"] = "sync"  # (G10) gymnasium sync, async, or envpool (C++)
 
-    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive"] = "clip"  # (G1) objective of Table 1
-    clip_coef: float = 0.2  # (G1, G4) the clip range epsilon of the surrogate and the value loss, > 0
+    surrogate: Literal["clip", "unclipped", "kl-fixed", "kl-adaptive", "spo"] = "clip"  # (G1) Table 1, SPO
+    clip_coef: float = 0.2  # (G1, G4) the clip range epsilon of the surrogate (SPO's too) and value loss, > 0
     kl_beta: float = 1.0  # (G1) the KL penalty coefficient beta, > 0 (the initial one for kl-adaptive)
     kl_dtarg: float = 0.01  # (G1) the target KL d_targ of kl-adaptive
     gae: bool = True  # (G2) generalized advantage estimation; off: n-step returns bootstrapped at rollout end
@@ -91,9 +92,15 @@ class Args:
     activation: Literal["tanh", "relu"] = "tanh"  # (M6) the activation of the hidden layers
     shared_network: bool = False  # (M7) policy and value share hidden layers; off (reference): two networks
     clip_action: bool = True  # (M8) clip the env's actions to its space (the raw sample stored); off: raw
+    action_dist: Literal["gaussian", "tanh-gaussian", "beta"] = "gaussian"  # (M9) the last two bounded
 
     anneal_clip_coef: bool = False  # (X1) anneal --clip-coef linearly to 0 like --anneal-lr; off: constant
     target_kl: float | None = None  # (X3) end the update when an epoch's last approx KL exceeds it; None: off
+    kl_adaptive_lr: bool = False  # (X4) set the learning rate by each epoch's mean approx KL, not by G6
+    desired_kl: float = 0.008  # (X4) above twice this KL the rate is divided by 1.5, below half multiplied
+    min_lr: float = 1e-6  # (X4) the learning rate's lower bound
+    max_lr: float = 1e-2  # (X4) the learning rate's upper bound
+    norm_value: bool = False  # (X5) the critic learns returns standardized by running statistics; off: raw
 
     bootstrap_truncated: bool = False  # (B1) truncated: reward + gamma * V(final obs); off: as terminations
 
@@ -107,6 +114,9 @@ class Args:
     flag_rules: ClassVar[dict] = {
         "clip_obs": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M2 off"),
         "clip_reward": (lambda v: v >= 0, "pass a bound > 0, or 0 to turn M4 off"),
+        "desired_kl": (lambda v: v > 0, "pass a target KL > 0"),
+        "min_lr": (lambda v: v > 0, "pass a learning rate > 0"),
+        "max_lr": (lambda v: v > 0, "pass a learning rate > 0"),
         "rnn_hidden_size": (lambda v: v >= 1, "pass a positive size"),
     }
     observation_flags: ClassVar[dict] = {"mask_velocity": "velocities hidden"}
@@ -149,6 +159,14 @@ class Args:
             raise ArgError(
                 "--norm-per-env keeps statistics per env, which torchrun's ranks (X2) "
                 "do not merge; drop one of them"
+            )
+        if self.kl_adaptive_lr and self.anneal_lr:
+            raise ArgError("--kl-adaptive-lr (X4) sets the learning rate itself; add --no-anneal-lr (G6)")
+        if self.kl_adaptive_lr and self.min_lr > self.max_lr:
+            raise ArgError(f"--min-lr {self.min_lr} is above --max-lr {self.max_lr}; pass a lower --min-lr")
+        if self.action_dist == "beta" and (self.state_dependent_std or self.log_std_init != 0.0):
+            raise ArgError(
+                "--action-dist beta (M9) has no log-std; drop --state-dependent-std and --log-std-init"
             )
 
 
@@ -212,8 +230,12 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
         thunks = [make_env(args, i, video_folder) for i in range(args.num_envs)]
         vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
         envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
+    if args.action_dist != "gaussian":  # M9: a bounded sample ([0, 1] a Beta's), rescaled to the env's bounds
+        envs = gym.wrappers.vector.RescaleAction(envs, 0.0 if args.action_dist == "beta" else -1.0, 1.0)
     if args.clip_action:
         envs = gym.wrappers.vector.ClipAction(envs)  # M8
+    if args.action_dist == "tanh-gaussian":
+        envs = gym.wrappers.vector.TransformAction(envs, np.tanh)  # M9: the env gets tanh of the sample
     if args.norm_per_env:
         return envs  # M1-M4 are in each env (make_env)
     if args.norm_obs:
@@ -274,6 +296,36 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0, ortho=True):
     return layer
 
 
+class ValueNorm(nn.Module):
+    """X5: the running mean and variance of the returns the critic learns (gymnasium's RunningMeanStd, in
+    buffers that the agent's checkpoint holds); the critic outputs values standardized by them, which
+    forward(x, inverse=True) turns into the rewards' units. Only train() updates them: an evaluated
+    checkpoint keeps its own. skrl's RunningStandardScaler also counts the rollout's values and clips at 5."""
+
+    def __init__(self, epsilon=1e-8):
+        super().__init__()
+        self.epsilon = epsilon
+        self.register_buffer("mean", torch.zeros(()))
+        self.register_buffer("var", torch.ones(()))
+        self.register_buffer("count", torch.tensor(1e-4))
+
+    def update(self, returns, world_size=1):
+        """Adds the returns of every rank (X2: each rank gets the same statistics)."""
+        batch_mean = all_ranks_mean(returns.mean(), world_size)
+        batch_var = all_ranks_mean((returns - batch_mean).square().mean(), world_size)
+        batch_count = returns.numel() * world_size
+        delta, total = batch_mean - self.mean, self.count + batch_count
+        m2 = self.var * self.count + batch_var * batch_count
+        m2 = m2 + delta.square() * self.count * batch_count / total
+        self.mean += delta * batch_count / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x, inverse=False):
+        std = torch.sqrt(self.var + self.epsilon)
+        return x * std + self.mean if inverse else (x - self.mean) / std
+
+
 class Agent(nn.Module):
     def __init__(self, envs, args: Args):
         super().__init__()
@@ -305,14 +357,17 @@ class Agent(nn.Module):
         self.critic = layer_init(nn.Linear(args.rnn_hidden_size, 1), std=1.0, ortho=ortho)
         self.actor_body = self.critic_body if args.shared_network else body()  # M7
         self.actor_rnn = self.critic_rnn if args.shared_network else rnn()
-        self.actor_mean = layer_init(nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, ortho=ortho)
+        self.action_dist = args.action_dist
+        heads = 2 if args.action_dist == "beta" else 1  # M9: a Beta's two parameters from the mean's head
+        self.actor_mean = layer_init(nn.Linear(args.rnn_hidden_size, heads * act_dim), std=0.01, ortho=ortho)
         self.state_dependent_std = args.state_dependent_std
         if args.state_dependent_std:  # M5 ablation
             self.actor_logstd = layer_init(
                 nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho
             )
-        else:  # M5
+        elif args.action_dist != "beta":  # M5
             self.actor_logstd = nn.Parameter(torch.full((1, act_dim), args.log_std_init))
+        self.value_norm = ValueNorm() if args.norm_value else None  # X5
         self.num_state_tensors = 2 if args.rnn == "lstm" else 1  # rows per network: h (and c)
         rows = self.num_state_tensors * (1 if args.shared_network else 2)  # actor, then critic
         self.state_shape = (rows, args.rnn_hidden_size)
@@ -343,13 +398,29 @@ class Agent(nn.Module):
 
     def get_value(self, x, state, done):
         hidden, _ = self.recur(self.critic_body, self.critic_rnn, x, state[-self.num_state_tensors :], done)
-        return self.critic(hidden)
+        value = self.critic(hidden)
+        return value if self.value_norm is None else self.value_norm(value, inverse=True)  # X5
 
     def get_action_and_value(self, x, state, done, action=None):
         hidden, next_state = self.recur(
             self.actor_body, self.actor_rnn, x, state[: self.num_state_tensors], done
         )
         action_mean = forward(self.actor_mean, hidden)
+        if not self.shared_network:
+            critic_hidden, critic_state = self.recur(
+                self.critic_body, self.critic_rnn, x, state[self.num_state_tensors :], done
+            )
+            next_state = torch.cat([next_state, critic_state])  # the actor's rows first
+        value = self.critic(hidden if self.shared_network else critic_hidden)
+        if self.value_norm is not None:
+            value = self.value_norm(value, inverse=True)  # X5: in the rewards' units
+        if self.action_dist == "beta":  # M9: both parameters above 1, a density with one mode
+            alpha, beta = (nn.functional.softplus(action_mean) + 1).chunk(2, -1)
+            probs = Beta(alpha, beta, validate_args=False)
+            if action is None:
+                action = probs.sample()
+            logprob = probs.log_prob(action.clamp(1e-6, 1 - 1e-6)).sum(1)
+            return action, logprob, probs.entropy().sum(1), value, next_state
         if self.state_dependent_std:
             action_logstd = forward(self.actor_logstd, hidden)
         else:
@@ -358,12 +429,11 @@ class Agent(nn.Module):
         probs = Normal(action_mean, action_logstd.exp(), validate_args=False)
         if action is None:  # probs.sample()'s draw: the same standard normals, scaled and shifted
             action = action_mean + probs.scale * torch.randn_like(action_mean)
-        if not self.shared_network:
-            hidden, critic_state = self.recur(
-                self.critic_body, self.critic_rnn, x, state[self.num_state_tensors :], done
-            )
-            next_state = torch.cat([next_state, critic_state])  # the actor's rows first
-        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden), next_state
+        logprob = probs.log_prob(action).sum(1)
+        if self.action_dist == "tanh-gaussian":  # M9: tanh's change of variables; no closed-form entropy
+            logprob = logprob - torch.log(1 - torch.tanh(action).square() + 1e-6).sum(1)
+            return action, logprob, -logprob, value, next_state
+        return action, logprob, probs.entropy().sum(1), value, next_state
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, gae=True):
@@ -414,6 +484,8 @@ def policy_loss(newlogprob, oldlogprob, advantages, surrogate, clip_coef, kl_bet
         return torch.max(pg_loss, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)).mean(-1)
     if surrogate == "unclipped":
         return pg_loss.mean(-1)
+    if surrogate == "spo":  # Xie et al. 2025's objective: r A - |A| (r - 1)^2 / (2 eps)
+        return (pg_loss + advantages.abs() * (ratio - 1).square() / (2 * clip_coef)).mean(-1)
     return pg_loss.mean(-1) + kl_beta * ((ratio - 1) - logratio).mean(-1)
 
 
@@ -435,6 +507,17 @@ def adapt_kl_beta(kl_beta, kl, kl_dtarg):
     return kl_beta
 
 
+def adapt_learning_rate(optimizer, kl, args: Args):
+    """X4: skrl's KLAdaptiveLR (rl_games' and rsl_rl's rule too), after each epoch on the mean approx KL of
+    its minibatches: the rate divided by 1.5 above twice --desired-kl, multiplied by 1.5 below half of it,
+    kept within [--min-lr, --max-lr]."""
+    for group in optimizer.param_groups:
+        if kl > 2 * args.desired_kl:
+            group["lr"] = max(group["lr"] / 1.5, args.min_lr)
+        elif kl < args.desired_kl / 2:
+            group["lr"] = min(group["lr"] * 1.5, args.max_lr)
+
+
 def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
     """G1, G3, G4, G5: the loss of one minibatch (a dict with the keys of the flat batch) and its logged
     statistics; KL estimates and clip fraction carry no gradient."""
@@ -449,7 +532,10 @@ def ppo_loss(agent, mb, args: Args, clip_coef, kl_beta):
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean(-1)
     mb_advantages = normalize_advantages(mb["advantages"]) if args.norm_adv else mb["advantages"]
     pg_loss = policy_loss(newlogprob, mb["logprobs"], mb_advantages, args.surrogate, clip_coef, kl_beta)
-    v_loss = value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, args.clip_vloss)
+    newvalue, values, returns = newvalue.squeeze(-1), mb["values"], mb["returns"]
+    if args.norm_value:  # X5: the value loss in the critic's standardized units
+        newvalue, values, returns = (agent.value_norm(v) for v in (newvalue, values, returns))
+    v_loss = value_loss(newvalue, values, returns, clip_coef, args.clip_vloss)
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach()}
@@ -499,6 +585,10 @@ def update_policy(agent, optimizer, batch, args: Args, clip_coef, kl_beta, world
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, world_size)
             all_mb_stats.append(torch.stack(list(mb_stats.values())))
 
+        if args.kl_adaptive_lr:  # X4 looks at the mean of the epoch's minibatches, over all ranks (X2)
+            epoch_stats = torch.stack(all_mb_stats[-args.num_minibatches :]).mean(0)
+            epoch_kl = epoch_stats[list(mb_stats).index("approx_kl")]
+            adapt_learning_rate(optimizer, all_ranks_mean(epoch_kl, world_size).item(), args)
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if args.target_kl is not None and all_ranks_mean(approx_kl.clone(), world_size) > args.target_kl:
             break
@@ -630,6 +720,8 @@ def train(args: Args, stop_signals=()):
                 args.gae_lambda,
                 args.gae,
             )
+        if args.norm_value:  # X5: the statistics of the returns the critic learns next, all ranks' (X2)
+            agent.value_norm.update(returns, world_size)
 
         batch = {
             "obs": obs.reshape((-1,) + envs.single_observation_space.shape),
