@@ -231,7 +231,8 @@ def make_envs(args: Args, video_folder: str | None = None) -> gym.vector.VectorE
         vector_env = gym.vector.SyncVectorEnv if args.vector_env == "sync" else gym.vector.AsyncVectorEnv
         envs = vector_env(thunks, autoreset_mode=AutoresetMode.SAME_STEP)
     if args.action_dist != "gaussian":  # M9: a bounded sample ([0, 1] a Beta's), rescaled to the env's bounds
-        envs = gym.wrappers.vector.RescaleAction(envs, 0.0 if args.action_dist == "beta" else -1.0, 1.0)
+        low = np.float32(0.0 if args.action_dist == "beta" else -1.0)
+        envs = gym.wrappers.vector.RescaleAction(envs, low, np.float32(1.0))
     if args.clip_action:
         envs = gym.wrappers.vector.ClipAction(envs)  # M8
     if args.action_dist == "tanh-gaussian":
