@@ -45,10 +45,15 @@ ADAPTED = {
     "    num_envs: int = 32  # (G10) number of parallel environments",
     "    num_steps: int = 64  # (G10) steps per environment in each rollout (the paper's horizon T)",
     '            cell = {"lstm": nn.LSTM, "gru": nn.GRU}[args.rnn](64, args.rnn_hidden_size)',
-    "        self.actor_mean = layer_init(nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, ortho=ortho)",
+    "        self.actor_mean = layer_init(nn.Linear(args.rnn_hidden_size, heads * act_dim), std=0.01, ortho=ortho)",
     "                nn.Linear(args.rnn_hidden_size, act_dim), std=0.01, bias_const=args.log_std_init, ortho=ortho",
     "        hidden, _ = self.recur(self.critic_body, self.critic_rnn, x, state[-self.num_state_tensors :], done)",
-    "        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(hidden), next_state",
+    # M9's Beta returns before the Gaussian is built: the critic's hidden state comes first, under its own name
+    "            critic_hidden, critic_state = self.recur(",
+    "        value = self.critic(hidden if self.shared_network else critic_hidden)",
+    "            return action, logprob, probs.entropy().sum(1), value, next_state",
+    "            return action, logprob, -logprob, value, next_state",
+    "        return action, logprob, probs.entropy().sum(1), value, next_state",
 }
 
 # lowered by the reading pass (issue 71): the shared flags' ranges and batch checks in ppo_utils/flag_checks.py, each
