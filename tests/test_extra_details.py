@@ -75,13 +75,13 @@ def test_x4_rule_is_skrls(name):
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_x4_steps_once_an_epoch_on_the_epochs_mean_kl(name, tmp_path, monkeypatch):
-    """update_policy with --kl-adaptive-lr: after each of 3 epochs the rate moves by the rule on the mean approx KL of
-    that epoch's minibatches, recorded from the steps themselves (a desired KL set between the epochs' KLs would move
-    the rate differently for a wrong mean: the first, last or overall one)."""
+    """update_policy with --kl-adaptive-lr: after each of 3 epochs the rule gets the mean approx KL of that epoch's
+    minibatches, recorded from the steps themselves (not the first, the last or the overall one), and the rate moves
+    by it (a desired KL of 1 keeps every KL below half of it: x 1.5 each epoch)."""
     script = load(name)
     agent, batch, args = update_case(script, tmp_path, monkeypatch)
     args = dataclasses.replace(args, update_epochs=3, kl_adaptive_lr=True, anneal_lr=False, learning_rate=1e-3)
-    args = dataclasses.replace(args, desired_kl=1e-6, min_lr=1e-6, max_lr=1.0)
+    args = dataclasses.replace(args, desired_kl=1.0, min_lr=1e-6, max_lr=1.0)
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3, eps=1e-5)
     kls = []
 
@@ -98,9 +98,9 @@ def test_x4_steps_once_an_epoch_on_the_epochs_mean_kl(name, tmp_path, monkeypatc
     np.testing.assert_allclose(rates, per_epoch, rtol=1e-5)
     lr = 1e-3
     for kl in per_epoch:
-        lr = by_hand(lr, kl, 1e-6, 1e-6, 1.0)
+        lr = by_hand(lr, kl, 1.0, 1e-6, 1.0)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(lr, rel=1e-9)
-    assert lr != 1e-3  # the rule moved it
+    assert lr == pytest.approx(1e-3 * 1.5**3)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
