@@ -190,6 +190,51 @@ def value_of(agent, batch):
         return agent.get_action_and_value(batch["obs"], *masks, batch["actions"])[3].flatten()
 
 
+def returns_of_rank(rank):
+    return np.random.default_rng(rank).standard_normal(300).astype(np.float32) * (1 + 9 * rank) + 50 * rank
+
+
+def ranks_worker(rank, port, tmp_path):
+    """One of two processes (gloo): X5's update and X4's rule with each rank's own returns and KL."""
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    cont = load("ppo_continuous_action")
+    norm = cont.ValueNorm()
+    norm.update(torch.as_tensor(returns_of_rank(rank)), world_size=2)
+    from ppo_utils.distributed import all_ranks_mean
+
+    kl = all_ranks_mean(torch.tensor([0.001, 0.05][rank]), 2).item()  # as update_policy averages an epoch's KL
+    args = cont.Args(kl_adaptive_lr=True, anneal_lr=False, desired_kl=0.01)
+    optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=1e-3)
+    cont.adapt_learning_rate(optimizer, kl, args)
+    torch.save({"mean": norm.mean, "var": norm.var, "count": norm.count, "lr": optimizer.param_groups[0]["lr"]},
+               tmp_path / f"rank{rank}.pt")  # fmt: skip
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_x5_statistics_and_x4_rate_are_all_ranks(tmp_path):
+    """X2: two ranks with different returns hold the same statistics, those of both ranks' returns together (numpy's);
+    with KLs 0.001 and 0.05 (mean 0.0255, above 2 x 0.01) both divide the rate by 1.5, where either alone would not
+    agree with the other."""
+    import torch.multiprocessing as mp
+    from conftest import free_port
+
+    mp.spawn(ranks_worker, args=(free_port(), tmp_path), nprocs=2)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    both = np.concatenate([returns_of_rank(0), returns_of_rank(1)]).astype(np.float64)
+    for key in ("mean", "var", "count"):
+        assert torch.equal(ranks[0][key], ranks[1][key]), key
+    count = 1e-4 + len(both)  # RunningMeanStd's start (mean 0, var 1, count 1e-4) weighs next to nothing
+    assert ranks[0]["count"].item() == pytest.approx(count)
+    assert ranks[0]["mean"].item() == pytest.approx(both.mean() * len(both) / count, rel=1e-5)
+    assert ranks[0]["var"].item() == pytest.approx(both.var(), rel=1e-4)
+    assert ranks[0]["lr"] == ranks[1]["lr"] == pytest.approx(1e-3 / 1.5)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # G1: SPO
 
