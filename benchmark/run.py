@@ -110,7 +110,8 @@ def ablations(script):
     """The `ablation` preset's variants for a script: the defaults, then one run per detail of docs/details.md
     with that detail turned off (or set to its non-reference value), named after its id. X2 is a launcher
     (torchrun), not a flag, and is left out. G1 gets the paper's three other Table 1 objectives, each at the setting
-    that is this script's default: no clipping or penalty, a fixed KL penalty (beta 1), an adaptive one (d_targ 0.01)."""
+    that is this script's default: no clipping or penalty, a fixed KL penalty (beta 1), an adaptive one (d_targ 0.01),
+    and SPO's; the details beyond the reference (M9, X4, X5) are turned on instead."""
     continuous = script in ("ppo_continuous_action.py", "ppo_rnn_continuous_action.py")
     rnn = script in ("ppo_rnn.py", "ppo_rnn_continuous_action.py")
     vector = script in ("ppo.py", "ppo_masked.py")  # discrete actions, vector observations: no M or A details
@@ -125,6 +126,7 @@ def ablations(script):
         ("G1-unclipped", "--surrogate unclipped"),
         ("G1-kl-fixed", "--surrogate kl-fixed"),
         ("G1-kl-adaptive", "--surrogate kl-adaptive"),
+        ("G1-spo", "--surrogate spo"),
         ("G2-no-gae", "--no-gae"),
         ("G3-no-norm-adv", "--no-norm-adv"),
         ("G4-no-clip-vloss", "--no-clip-vloss"),
@@ -148,6 +150,8 @@ def ablations(script):
             ("M6-relu", "--activation relu"),
             ("M7-shared-network", "--shared-network"),
             ("M8-no-clip-action", "--no-clip-action"),
+            ("M9-tanh-gaussian", "--action-dist tanh-gaussian"),
+            ("M9-beta", "--action-dist beta"),
         ]
     else:
         specific = [
@@ -165,6 +169,8 @@ def ablations(script):
     auxiliary = [
         ("X1-anneal-clip-coef", "--anneal-clip-coef"),
         ("X3-target-kl", "--target-kl 0.015"),
+        ("X4-kl-adaptive-lr", "--kl-adaptive-lr --no-anneal-lr"),
+        ("X5-norm-value", "--norm-value"),
         ("B1-bootstrap-truncated", "--bootstrap-truncated"),
     ]
     if rnn:

@@ -375,8 +375,8 @@ def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it
 
 def test_batch_seeds_puts_the_variants_a_setting_tells_apart_in_one_process():
     """--batch-seeds groups a task's variants whose flags differ only in flags a --setting may set into one process, a
-    --setting each: the table1 preset's eleven G1 settings x 3 seeds (33 agents a task), the ablation's G1, G3-G6, G8, G9,
-    G11, X1 and X3 variants with the defaults; a variant that shapes the batch or the network, or changes the envs or the
+    --setting each: the table1 preset's eleven G1 settings x 3 seeds (33 agents a task), the ablation's G1 (SPO too),
+    G3-G6, G8, G9, G11, X1 and X3 variants with the defaults; a variant that shapes the batch or the network, or changes the envs or the
     loop, trains alone; a variant with fewer seeds left to run goes apart."""
     import shlex
 
@@ -398,7 +398,7 @@ def test_batch_seeds_puts_the_variants_a_setting_tells_apart_in_one_process():
     ablation = [run.PlannedRun("ppo_continuous_action.py", "Hopper-v5", name, seed, 10**6, shlex.split(flags))
                 for name, flags in variants.items() for seed in (1, 2) if (name, seed) != ("G3-no-norm-adv", 2)]  # fmt: skip
     groups = [b.variants for b in run.batches(ablation)]
-    together = ["default", "G1-unclipped", "G1-kl-fixed", "G1-kl-adaptive", "G4-no-clip-vloss", "G5-ent-coef",
+    together = ["default", "G1-unclipped", "G1-kl-fixed", "G1-kl-adaptive", "G1-spo", "G4-no-clip-vloss", "G5-ent-coef",
                 "G6-no-anneal-lr", "G8-no-grad-clip", "G9-no-ortho-init", "G11-adam-eps", "X1-anneal-clip-coef",
                 "X3-target-kl"]  # fmt: skip
     assert groups[0] == together and groups[1] == ["G3-no-norm-adv"]  # its seed 2 is done: seed 1 alone
