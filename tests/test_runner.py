@@ -376,8 +376,8 @@ def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it
 def test_batch_seeds_puts_the_variants_a_setting_tells_apart_in_one_process():
     """--batch-seeds groups a task's variants whose flags differ only in flags a --setting may set into one process, a
     --setting each: the table1 preset's eleven G1 settings x 3 seeds (33 agents a task), the ablation's G1 (SPO too),
-    G3-G6, G8, G9, G11, X1 and X3 variants with the defaults; a variant that shapes the batch or the network, or changes the envs or the
-    loop, trains alone; a variant with fewer seeds left to run goes apart."""
+    G3-G6, G8, G9, G11, X1 and X3 variants with the defaults; a variant that shapes the batch or the network, or
+    changes the envs or the loop, trains alone; a variant with fewer seeds left to run goes apart."""
     import shlex
 
     tasks = ("Hopper-v5", "Walker2d-v5")
