@@ -360,7 +360,7 @@ def minibatch_step(
 
 
 def update_policy(
-    agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta, shufflers, step=minibatch_step, flags=()
+    agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta, shufflers, flags, step=minibatch_step
 ):
     """G7: `update_epochs` epochs of minibatch steps on each agent's flat batch (a dict, built in train(),
     with the agent axis first), each agent with its own shuffle (shufflers: one numpy RandomState per agent),
@@ -539,7 +539,7 @@ def train(args: SeedsArgs, stop_signals=()):
             torch.tensor(kl_beta, device=device),
         )
         stats = update_policy(
-            agent, optimizer, batch, agent_args, clip_coefs, kl_betas, shufflers, update_step, flags
+            agent, optimizer, batch, agent_args, clip_coefs, kl_betas, shufflers, flags, update_step
         )
         failed = check_finite(runs, stats, iteration, global_step)  # {agent: why it failed}
         if "kl-adaptive" in [f.surrogate for f in flags]:
