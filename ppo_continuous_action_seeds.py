@@ -6,7 +6,8 @@ each agent, batched: the parameters stacked on a leading agent axis (each layer 
 vector env, one Adam step for all, and what reduces over a batch or is a setting's flag per agent. A setting
 sets flags of the loss, the update, Adam or the initial weights (PER_AGENT, below: --surrogate, --clip-coef,
 --kl-beta, --kl-dtarg, --gae-lambda, --norm-adv, --clip-vloss, --ent-coef, --vf-coef, --max-grad-norm,
---learning-rate, --anneal-lr, --adam-eps, --ortho-init, --log-std-init, --anneal-clip-coef, --target-kl);
+--learning-rate, --anneal-lr, --adam-eps, --ortho-init, --log-std-init, --anneal-clip-coef, --target-kl,
+--kl-adaptive-lr, --desired-kl, --min-lr, --max-lr, --norm-value);
 those that shape the batch, the network or the loop, or the shared envs are the same for all (SHARED). It
 imports its parent's other definitions (Args, make_env, Agent, the loss's pieces), so that a change there
 reaches it; a parent flag in neither list (one this script was not written for) is refused when set, and a
@@ -19,6 +20,7 @@ network or loss that parts from the parent's is refused at the start (ppo_utils.
 import os
 import random
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import ClassVar
 
 import gymnasium as gym
@@ -34,6 +36,7 @@ from ppo_continuous_action import (
     Agent,
     Args,
     adapt_kl_beta,
+    adapt_learning_rate,
     batch_kl,
     compute_gae,
     make_env,
@@ -57,7 +60,8 @@ from ppo_utils.seeds import check_batched_agents, finish_updates, main, resume_a
 # refused when set (ppo_utils.seeds): to batch it, make this script compute what it changes and name it here
 PER_AGENT = ("surrogate", "clip_coef", "kl_beta", "kl_dtarg", "gae_lambda", "norm_adv",
              "clip_vloss", "ent_coef", "vf_coef", "max_grad_norm", "ortho_init", "log_std_init",
-             "anneal_clip_coef", "target_kl", "learning_rate", "anneal_lr", "adam_eps")  # fmt: skip
+             "anneal_clip_coef", "target_kl", "learning_rate", "anneal_lr", "adam_eps", "kl_adaptive_lr",
+             "desired_kl", "min_lr", "max_lr", "norm_value")  # fmt: skip
 SHARED = {
     "changes the batch's shape": ("num_envs", "num_steps", "num_minibatches", "total_timesteps"),
     "changes the update's loop": ("update_epochs",),
@@ -232,6 +236,18 @@ class Agents(nn.Module):
             agents[0].state_dependent_std,
         )
         self.activation, self.num_agents = agents[0].critic_body[1], len(agents)  # M6
+        # X5: each agent's return statistics (mean, var, count), a row each, which the ValueNorm of an agent
+        # with --norm-value views (its checkpoint saves them); the rows of the others are unused
+        device, norms = self.weights["critic_bias"].device, [one.value_norm for one in agents]
+        default = torch.tensor([0.0, 1.0, 1e-4], device=device)
+        rows = [default if n is None else torch.stack([n.mean, n.var, n.count]) for n in norms]
+        self.register_buffer("value_stats", torch.stack(rows))
+        self.normalizes = torch.tensor([n is not None for n in norms], device=device)
+        self.any_normalizes, self.value_epsilon = bool(self.normalizes.any()), 1e-8
+        for n, row in zip(norms, self.value_stats):
+            if n is not None:
+                n.mean, n.var, n.count = row.unbind()
+                self.value_epsilon = n.epsilon
 
     def layer(self, name, x):  # nn.Linear `name` of every agent
         return torch.baddbmm(
@@ -241,8 +257,18 @@ class Agents(nn.Module):
     def body(self, name, x):  # Agent's body(): two hidden layers of 64 units
         return self.activation(self.layer(f"{name}_2", self.activation(self.layer(f"{name}_0", x))))
 
+    def unstandardized(self, value):  # X5: (agent, batch, 1), in the rewards' units where an agent normalizes
+        mean, var = self.value_stats[:, 0, None, None], self.value_stats[:, 1, None, None]
+        std = torch.sqrt(var + self.value_epsilon)
+        return torch.where(self.normalizes[:, None, None], value * std + mean, value)
+
+    def standardized(self, x):  # X5: (agent, batch), in the critic's units where an agent normalizes
+        mean, var = self.value_stats[:, 0, None], self.value_stats[:, 1, None]
+        return torch.where(self.normalizes[:, None], (x - mean) / torch.sqrt(var + self.value_epsilon), x)
+
     def get_value(self, x):
-        return self.layer("critic", self.body("critic_body", x))
+        value = self.layer("critic", self.body("critic_body", x))
+        return self.unstandardized(value) if self.any_normalizes else value
 
     def get_action_and_value(self, x, action=None, generators=None):
         hidden = self.body("critic_body" if self.shared_network else "actor_body", x)  # M7
@@ -262,6 +288,8 @@ class Agents(nn.Module):
             )
             action = action_mean + probs.scale * noise
         value = self.layer("critic", hidden if self.shared_network else self.body("critic_body", x))
+        if self.any_normalizes:
+            value = self.unstandardized(value)  # X5
         return action, probs.log_prob(action).sum(-1), probs.entropy().sum(-1), value
 
 
@@ -288,10 +316,10 @@ def ppo_loss(agent, mb, args: AgentsArgs, clip_coef, kl_beta):
     ]
     # G1: each agent's own objective
     pg_loss = torch.stack(pg_loss).gather(0, args.surrogate[None]).squeeze(0)
-    v_loss = [
-        value_loss(newvalue.squeeze(-1), mb["values"], mb["returns"], clip_coef, clip)
-        for clip in (False, True)
-    ]
+    newvalue, values, returns = newvalue.squeeze(-1), mb["values"], mb["returns"]
+    if agent.any_normalizes:  # X5: the value loss of an agent with --norm-value in its critic's units
+        newvalue, values, returns = (agent.standardized(v) for v in (newvalue, values, returns))
+    v_loss = [value_loss(newvalue, values, returns, clip_coef, clip) for clip in (False, True)]
     v_loss = torch.where(args.clip_vloss, v_loss[1], v_loss[0])  # G4: each agent's own
     entropy_loss = entropy.mean(-1)
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
@@ -332,14 +360,14 @@ def minibatch_step(
 
 
 def update_policy(
-    agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta, shufflers, step=minibatch_step
+    agent, optimizer, batch, args: AgentsArgs, clip_coef, kl_beta, shufflers, flags, step=minibatch_step
 ):
     """G7: `update_epochs` epochs of minibatch steps on each agent's flat batch (a dict, built in train(),
     with the agent axis first), each agent with its own shuffle (shufflers: one numpy RandomState per agent),
     one Adam step for all (AgentsAdam). step: minibatch_step or, with --compile on a long run, its compiled
     twin. Returns ppo_loss's statistics by name, each per agent the mean over its minibatches, as tensors, and
     "epochs", the epochs each agent ran (X3 stops agents one by one: a stopped agent's parameters and Adam
-    state stay and its shuffle draws no more, while the others go on)."""
+    state stay and its shuffle draws no more, while the others go on). flags: each agent's Args, for X4."""
     num_agents, device = len(shufflers), batch["obs"].device
     b_inds = np.tile(np.arange(args.batch_size), (num_agents, 1))
     agent_axis = torch.arange(num_agents, device=device)[:, None]
@@ -356,6 +384,13 @@ def update_policy(
             mb_stats = step(agent, optimizer, mb, args, clip_coef, kl_beta, running)
             all_mb_stats.append(torch.stack(list(mb_stats.values()), dim=1))
 
+        if any(f.kl_adaptive_lr for f in flags):  # X4, each agent on the mean approx KL of its epoch
+            epoch_stats = torch.stack(all_mb_stats[-(args.batch_size // args.minibatch_size) :]).mean(0)
+            epoch_kl = epoch_stats[:, list(mb_stats).index("approx_kl")].tolist()
+            for i in np.flatnonzero(running):
+                if flags[i].kl_adaptive_lr:
+                    one = SimpleNamespace(param_groups=[optimizer.param_groups[i]])
+                    adapt_learning_rate(one, epoch_kl[i], flags[i])
         approx_kl = mb_stats["approx_kl"]  # X3 looks at the epoch's last minibatch
         if stops:
             running &= ~(approx_kl > args.target_kl).cpu().numpy()
@@ -420,6 +455,8 @@ def train(args: SeedsArgs, stop_signals=()):
             ppo_loss, minibatch_step, agent, optimizer, clip_grad_norms, device
         )
     last_updates = start_agents(runs, agents, agent, optimizer, envs, resumed, shufflers, generators)
+    for group, run in zip(optimizer.param_groups, runs):
+        group["lr"] = run.optimizer.param_groups[0]["lr"]  # X4: a resumed agent's adapted rate
     global_step, kl_beta = last_updates[0].global_step, [update.kl_beta for update in last_updates]
 
     # (step, agent, env); dones[t] = 1 where obs[t] starts an episode; rewards, dones on the host
@@ -443,7 +480,8 @@ def train(args: SeedsArgs, stop_signals=()):
     for iteration in range(last_updates[0].iteration + 1, args.num_iterations + 1):
         frac = 1.0 - (iteration - 1.0) / args.num_iterations
         for group, f in zip(optimizer.param_groups, flags):
-            group["lr"] = frac * f.learning_rate if f.anneal_lr else f.learning_rate  # G6
+            if f.anneal_lr:
+                group["lr"] = frac * f.learning_rate  # G6
         clip_coef = [frac * f.clip_coef if f.anneal_clip_coef else f.clip_coef for f in flags]  # X1
 
         for step in range(args.num_steps):
@@ -484,6 +522,9 @@ def train(args: SeedsArgs, stop_signals=()):
                 gae_lambda,
                 args.gae,
             )
+        for one, f, agent_returns in zip(agents, flags, returns.unbind(1)):
+            if f.norm_value:  # X5: each agent's statistics, from its own returns
+                one.value_norm.update(agent_returns)
 
         batch = {  # as the parent flattens it, per agent: (agent, step * env, ...)
             "obs": obs.transpose(0, 1).reshape((num_agents, -1) + envs.single_observation_space.shape),
@@ -498,7 +539,7 @@ def train(args: SeedsArgs, stop_signals=()):
             torch.tensor(kl_beta, device=device),
         )
         stats = update_policy(
-            agent, optimizer, batch, agent_args, clip_coefs, kl_betas, shufflers, update_step
+            agent, optimizer, batch, agent_args, clip_coefs, kl_betas, shufflers, flags, update_step
         )
         failed = check_finite(runs, stats, iteration, global_step)  # {agent: why it failed}
         if "kl-adaptive" in [f.surrogate for f in flags]:

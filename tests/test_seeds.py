@@ -61,6 +61,11 @@ CASES = {  # flags of both scripts; each case trains seeds (3, 5) together and e
         shared_network=True,
         compile=False,
     ),  # fmt: skip
+    # SPO's objective, the learning rate adapted to each agent's KL (X4), each agent's return statistics (X5)
+    "spo-x4-x5": dict(
+        env_id="Hopper-v5", total_timesteps=4096, surrogate="spo", kl_adaptive_lr=True, anneal_lr=False,
+        desired_kl=0.002, norm_value=True,
+    ),  # fmt: skip
 }
 SEEDS = (3, 5)
 
@@ -143,9 +148,10 @@ def test_each_agent_computes_what_the_single_script_computes_for_its_seed(case, 
         assert epochs[0] != epochs[1] and min(min(epochs)) < 10
 
 
-# settings whose agents differ in every flag a --setting may set: the three kinds of G1 objective, the clip range and its
+# settings whose agents differ in every flag a --setting may set: the four kinds of G1 objective, the clip range and its
 # annealing (X1), the beta and its target, G3, G4, G5, G6 (another learning rate, constant), G8 (0: off), X3, G11 (another
-# epsilon), the GAE lambda, the initial weights (G9, M5): each setting's agents step Adam with their own rate and epsilon
+# epsilon), the GAE lambda, the initial weights (G9, M5), X4 and X5 beside agents without them: each setting's agents step
+# Adam with their own rate and epsilon
 SETTINGS = {
     "clip-0.1": dict(clip_coef=0.1, anneal_clip_coef=True, norm_adv=False, ent_coef=0.01, max_grad_norm=0.0, gae_lambda=0.9),
     "kl-adaptive": dict(
@@ -160,12 +166,14 @@ SETTINGS = {
     "unclipped": dict(
         surrogate="unclipped", vf_coef=1.0, ortho_init=False, log_std_init=-0.5, max_grad_norm=0.3, adam_eps=1e-8
     ),
+    "spo": dict(surrogate="spo", kl_adaptive_lr=True, anneal_lr=False, desired_kl=0.001, max_lr=2e-3, norm_value=True),
 }
 SETTING_FLAGS = [  # the same as the command line's --setting NAME=FLAGS
     "clip-0.1=--clip-coef 0.1 --anneal-clip-coef --no-norm-adv --ent-coef 0.01 --max-grad-norm 0 --gae-lambda 0.9",
     "kl-adaptive=--surrogate kl-adaptive --kl-beta 3 --kl-dtarg 0.003 --target-kl 0.0003 --no-clip-vloss "
     "--learning-rate 1e-3 --no-anneal-lr",
     "unclipped=--surrogate unclipped --vf-coef 1 --no-ortho-init --log-std-init -0.5 --max-grad-norm 0.3 --adam-eps 1e-8",
+    "spo=--surrogate spo --kl-adaptive-lr --no-anneal-lr --desired-kl 0.001 --max-lr 2e-3 --norm-value",
 ]
 # two updates each, of 4 epochs: a longer run lets Adam's steps carry a rounding step into a visible difference (on
 # Pendulum too, at 2 x 1024 steps of 10 epochs, with the GAE lambda or the objective of a setting; its weights agree
