@@ -207,8 +207,9 @@ SEEDS_SCRIPT = "ppo_continuous_action_seeds.py"  # --batch-seeds: one process tr
 # tests/test_runner.py checks these against: this runner imports nothing of the scripts): those that take a value, and
 # the switches (--X / --no-X). Variants of a task that differ in these alone train in one process, one --setting each
 PER_AGENT_VALUES = {"surrogate", "clip_coef", "kl_beta", "kl_dtarg", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm",
-                    "log_std_init", "target_kl", "learning_rate", "adam_eps"}  # fmt: skip
-PER_AGENT_SWITCHES = {"norm_adv", "clip_vloss", "ortho_init", "anneal_clip_coef", "anneal_lr"}
+                    "log_std_init", "target_kl", "learning_rate", "adam_eps", "desired_kl", "min_lr", "max_lr"}  # fmt: skip
+PER_AGENT_SWITCHES = {"norm_adv", "clip_vloss", "ortho_init", "anneal_clip_coef", "anneal_lr", "kl_adaptive_lr",
+                      "norm_value"}  # fmt: skip
 
 
 def per_agent_part(flags):

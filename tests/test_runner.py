@@ -376,7 +376,7 @@ def test_runner_batch_seeds_trains_a_tasks_seeds_in_one_process_and_continues_it
 def test_batch_seeds_puts_the_variants_a_setting_tells_apart_in_one_process():
     """--batch-seeds groups a task's variants whose flags differ only in flags a --setting may set into one process, a
     --setting each: the table1 preset's eleven G1 settings x 3 seeds (33 agents a task), the ablation's G1 (SPO too),
-    G3-G6, G8, G9, G11, X1 and X3 variants with the defaults; a variant that shapes the batch or the network, or
+    G3-G6, G8, G9, G11, X1, X3, X4 and X5 variants with the defaults; a variant that shapes the batch or the network, or
     changes the envs or the loop, trains alone; a variant with fewer seeds left to run goes apart."""
     import shlex
 
@@ -400,7 +400,7 @@ def test_batch_seeds_puts_the_variants_a_setting_tells_apart_in_one_process():
     groups = [b.variants for b in run.batches(ablation)]
     together = ["default", "G1-unclipped", "G1-kl-fixed", "G1-kl-adaptive", "G1-spo", "G4-no-clip-vloss", "G5-ent-coef",
                 "G6-no-anneal-lr", "G8-no-grad-clip", "G9-no-ortho-init", "G11-adam-eps", "X1-anneal-clip-coef",
-                "X3-target-kl"]  # fmt: skip
+                "X3-target-kl", "X4-kl-adaptive-lr", "X5-norm-value"]  # fmt: skip
     assert groups[0] == together and groups[1] == ["G3-no-norm-adv"]  # its seed 2 is done: seed 1 alone
     assert sorted(map(tuple, groups[2:])) == sorted((name,) for name in set(variants) - set(together) - {"G3-no-norm-adv"})
     assert run.batches(ablation)[1].command()[-1] == "--no-norm-adv"  # alone: today's command, no --setting
